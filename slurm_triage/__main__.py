@@ -1,0 +1,3 @@
+from slurm_triage.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The `slurm-triage` command: one parser, one module per subcommand, imported lazily."""

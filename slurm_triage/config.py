@@ -1,0 +1,266 @@
+"""The one configuration object: frozen dataclasses loaded from one TOML file plus env overrides.
+
+Loaded once per process (`load_config()`); every program on a compute node reads it, so a
+bad file must say exactly which key is wrong and what it accepts, in one line.
+
+Precedence: built-in defaults < the TOML file < environment overrides named
+`SLURM_TRIAGE__<SECTION>__<KEY>` (for example `SLURM_TRIAGE__SLURM__TIMEOUT_S=5`).
+The file is `$SLURM_TRIAGE_CONFIG`, else `/etc/slurm-triage/config.toml`; a missing default
+file means "all defaults", a missing file that was named explicitly is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from slurm_triage.errors import TriageError
+
+DEFAULT_CONFIG_PATH = Path("/etc/slurm-triage/config.toml")
+CONFIG_ENV = "SLURM_TRIAGE_CONFIG"
+OVERRIDE_PREFIX = "SLURM_TRIAGE__"
+
+
+class ConfigError(TriageError, ValueError):
+    """A configuration file or override is invalid; the message is one line for the operator."""
+
+
+def _range(minimum: float | None = None, maximum: float | None = None) -> dict[str, Any]:
+    return {"min": minimum, "max": maximum}
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Where and how our structured log lines go."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    # auto: console rendering on a TTY, JSON lines otherwise (production).
+    format: Literal["auto", "json", "console"] = "auto"
+    destination: Literal["stderr", "file", "syslog"] = "stderr"
+    file: str = "/var/log/slurm-triage/slurm-triage.log"
+    syslog_facility: Literal[
+        "user", "daemon", "local0", "local1", "local2", "local3", "local4", "local5", "local6",
+        "local7",
+    ] = "daemon"
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """How we talk to Slurm: which backend, and how long any one call may take."""
+
+    backend: Literal["auto", "cli", "pyslurm"] = "auto"
+    # Deadline for one whole operation, retries included; far below PrologEpilogTimeout.
+    timeout_s: float = field(default=10.0, metadata=_range(0.1, 600))
+    attempts: int = field(default=3, metadata=_range(1, 10))
+    retry_wait_s: float = field(default=0.5, metadata=_range(0, 60))
+    # Directory holding scontrol/squeue/sinfo/sacct; empty means $PATH, then /usr/bin.
+    bin_dir: str = ""
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    """Where records live on disk."""
+
+    evidence_dir: str = "/var/spool/slurm-triage/evidence"
+    state_dir: str = "/var/lib/slurm-triage"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration of one slurm-triage process."""
+
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    source: str = field(default="<defaults>", compare=False)
+
+
+_SECTIONS: dict[str, type] = {
+    f.name: f.default_factory  # type: ignore[misc]
+    for f in dataclasses.fields(Config)
+    if f.default_factory is not dataclasses.MISSING  # type: ignore[misc]
+}
+
+
+def _describe(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(c) for c in typing.get_args(tp))
+    if typing.get_origin(tp) in (tuple, list):
+        return "a list of " + _describe(typing.get_args(tp)[0])
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, str(tp)
+    )
+
+
+def _coerce(name: str, tp: Any, value: Any, from_env: bool) -> Any:
+    """Check one value against its declared type; env strings are parsed first."""
+    origin = typing.get_origin(tp)
+    if from_env and isinstance(value, str):
+        value = _parse_env_value(name, tp, value)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{name} = {value!r} is not valid; expected {_describe(tp)}")
+        return value
+    if origin in (tuple, list):
+        (item_tp, *_) = typing.get_args(tp)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{name} = {value!r} is not valid; expected {_describe(tp)}")
+        return tuple(_coerce(f"{name}[{i}]", item_tp, v, False) for i, v in enumerate(value))
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, int | float) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }.get(tp)
+    if ok is None:
+        raise ConfigError(f"{name}: unsupported type {tp}")
+    if not ok:
+        raise ConfigError(f"{name} = {value!r} is not valid; expected {_describe(tp)}")
+    return float(value) if tp is float else value
+
+
+def _parse_env_value(name: str, tp: Any, raw: str) -> Any:
+    origin = typing.get_origin(tp)
+    try:
+        if tp is bool:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if tp is int:
+            return int(raw)
+        if tp is float:
+            return float(raw)
+        if origin in (tuple, list):
+            return [item.strip() for item in raw.split(",") if item.strip()]
+    except ValueError:
+        raise ConfigError(f"{name} = {raw!r} is not valid; expected {_describe(tp)}") from None
+    return raw
+
+
+def _check_range(name: str, meta: Any, value: Any) -> None:
+    low, high = meta.get("min"), meta.get("max")
+    if low is not None and value < low:
+        raise ConfigError(f"{name} = {value!r} is too small; expected >= {low}")
+    if high is not None and value > high:
+        raise ConfigError(f"{name} = {value!r} is too large; expected <= {high}")
+
+
+def _build_section(section: str, cls: type, values: dict[str, Any], from_env: set[str]) -> Any:
+    hints = typing.get_type_hints(cls, include_extras=False)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown key {section}.{unknown[0]}; valid keys in [{section}]: "
+            + ", ".join(fields)
+        )
+    kwargs = {}
+    for key, value in values.items():
+        name = f"{section}.{key}"
+        coerced = _coerce(name, hints[key], value, key in from_env)
+        if isinstance(coerced, int | float) and not isinstance(coerced, bool):
+            _check_range(name, fields[key].metadata, coerced)
+        kwargs[key] = coerced
+    return cls(**kwargs)
+
+
+def config_from_mapping(
+    data: dict[str, Any], env: dict[str, str] | None = None, source: str = "<mapping>"
+) -> Config:
+    """Build a Config from parsed TOML and override variables; pure, raises ConfigError."""
+    unknown = sorted(set(data) - set(_SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"unknown section [{unknown[0]}]; valid sections: " + ", ".join(_SECTIONS)
+        )
+    merged: dict[str, dict[str, Any]] = {}
+    for section, values in data.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{section}] must be a table of keys, not {values!r}")
+        merged[section] = dict(values)
+    env_keys: dict[str, set[str]] = {s: set() for s in _SECTIONS}
+    for var, raw in (env or {}).items():
+        if not var.startswith(OVERRIDE_PREFIX):
+            continue
+        parts = var[len(OVERRIDE_PREFIX) :].lower().split("__")
+        if len(parts) != 2 or parts[0] not in _SECTIONS:
+            raise ConfigError(
+                f"bad override {var}; expected {OVERRIDE_PREFIX}<SECTION>__<KEY> with SECTION"
+                " one of " + ", ".join(s.upper() for s in _SECTIONS)
+            )
+        merged.setdefault(parts[0], {})[parts[1]] = raw
+        env_keys[parts[0]].add(parts[1])
+    sections = {
+        name: _build_section(name, cls, merged.get(name, {}), env_keys[name])
+        for name, cls in _SECTIONS.items()
+    }
+    return Config(**sections, source=source)
+
+
+def config_path(env: dict[str, str] | None = None) -> tuple[Path, bool]:
+    """The file to read, and whether it was named explicitly (so must exist)."""
+    env = os.environ if env is None else env
+    named = env.get(CONFIG_ENV, "").strip()
+    return (Path(named), True) if named else (DEFAULT_CONFIG_PATH, False)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse one TOML file; every failure is a one-line ConfigError naming the file."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def load_config(
+    path: Path | None = None, env: dict[str, str] | None = None
+) -> Config:
+    """Load the effective config: the named or default file, then env overrides."""
+    env = dict(os.environ) if env is None else env
+    explicit = path is not None
+    if path is None:
+        path, explicit = config_path(env)
+    if not explicit and not path.exists():
+        return config_from_mapping({}, env, source="<defaults>")
+    return config_from_mapping(read_toml(path), env, source=str(path))
+
+
+def to_toml(config: Config) -> str:
+    """Render a config as TOML that `load_config` reads back to an equal object."""
+    lines = [f"# effective slurm-triage configuration (from {config.source})"]
+    for section in _SECTIONS:
+        lines.append(f"\n[{section}]")
+        for key, value in dataclasses.asdict(getattr(config, section)).items():
+            lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
