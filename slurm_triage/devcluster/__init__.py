@@ -1,0 +1,1 @@
+"""A real local Slurm cluster (one host, three nodes) for tests and demos."""

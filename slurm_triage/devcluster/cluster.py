@@ -1,0 +1,340 @@
+"""A real Slurm cluster on this one host: munged, MariaDB, slurmdbd, slurmctld, three slurmd.
+
+Used by the integration tests and `make demo`. Everything lives under one directory
+(`$SLURM_TRIAGE_DEVCLUSTER_DIR`, default /var/tmp/slurm-triage-devcluster) that `down`
+removes. There is no systemd on these machines, so daemons are started directly and
+their pids recorded; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_triage.devcluster import config_files as cf
+from slurm_triage.errors import TriageError
+from slurm_triage.logs import get_logger
+
+DEFAULT_ROOT = Path("/var/tmp/slurm-triage-devcluster")
+DEFAULT_BASE_PORT = 16800
+PACKAGES = ("slurm-wlm", "slurm-client", "slurmdbd", "munge", "mariadb-server")
+SBIN = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+log = get_logger(component="devcluster")
+
+
+class DevClusterError(TriageError):
+    """The dev cluster could not be brought up, checked or torn down."""
+
+
+@dataclass(frozen=True)
+class DaemonStatus:
+    name: str
+    pid: int | None
+    alive: bool
+
+
+def default_layout() -> cf.ClusterLayout:
+    root = Path(os.environ.get("SLURM_TRIAGE_DEVCLUSTER_DIR", str(DEFAULT_ROOT)))
+    port = int(os.environ.get("SLURM_TRIAGE_DEVCLUSTER_PORT", str(DEFAULT_BASE_PORT)))
+    return cf.ClusterLayout(
+        root=root, hostname=socket.gethostname().split(".")[0], base_port=port,
+        bin_dir=Path(sys.executable).parent,
+    )
+
+
+def client_env(layout: cf.ClusterLayout) -> dict[str, str]:
+    """Environment for Slurm clients and our programs talking to this cluster."""
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(layout.slurm_conf)
+    env["SLURM_TRIAGE_CONFIG"] = str(layout.triage_conf)
+    env["PATH"] = f"{layout.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}:/usr/sbin:/sbin"
+    return env
+
+
+def _which(program: str) -> str | None:
+    return shutil.which(program) or next(
+        (f"{d}/{program}" for d in SBIN if os.access(f"{d}/{program}", os.X_OK)), None
+    )
+
+
+def ensure_packages() -> None:
+    """Install Slurm, munge and MariaDB from the distribution's packages if missing."""
+    needed = ("slurmctld", "slurmd", "slurmdbd", "sbatch", "munged", "mariadbd")
+    if all(_which(p) for p in needed):
+        return
+    if os.geteuid() != 0:
+        raise DevClusterError("Slurm/munge/MariaDB are not installed and we are not root")
+    if not _which("apt-get"):
+        raise DevClusterError("Slurm is not installed and apt-get is not available")
+    log.info("devcluster_installing_packages", packages=list(PACKAGES))
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]):
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        if result.returncode != 0:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
+            raise DevClusterError(f"{' '.join(cmd[:2])} failed: {' '.join(tail)}")
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_until(check: Callable[[], bool], timeout_s: float, what: str,
+                log_file: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    hint = ""
+    if log_file and log_file.exists():
+        lines = log_file.read_text(errors="replace").strip().splitlines()
+        hint = f" (last log line: {lines[-1][:200]})" if lines else ""
+    raise DevClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}{hint}")
+
+
+DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", *[f"slurmd-{n}" for n in cf.NODE_NAMES])
+
+
+def _pid_path(layout: cf.ClusterLayout, daemon: str) -> Path:
+    if daemon == "munged":
+        return layout.munge_dir / "munged.pid"
+    return layout.pid_file(daemon)
+
+
+def daemon_status(layout: cf.ClusterLayout) -> list[DaemonStatus]:
+    statuses = []
+    for daemon in DAEMONS:
+        pid = _read_pid(_pid_path(layout, daemon))
+        statuses.append(DaemonStatus(daemon, pid, _alive(pid)))
+    return statuses
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def prepare(layout: cf.ClusterLayout) -> None:
+    """Create the directory tree, config files, fake GPU devices and hook scripts."""
+    for d in (layout.etc, layout.log, layout.run, layout.spool / "ctld", layout.hooks,
+              layout.gpu_dir, layout.evidence_dir, layout.state_dir, layout.mysql_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    for name in cf.NODE_NAMES:
+        (layout.spool / name).mkdir(exist_ok=True)
+    # Jobs of any user write evidence here; sticky like /tmp so users can't clobber others.
+    layout.evidence_dir.chmod(0o1777)
+    for i in range(cf.GPUS_PER_NODE):
+        dev = layout.gpu_dir / f"gpu{i}"
+        if not dev.is_symlink():
+            dev.symlink_to("/dev/null")
+    _write(layout.slurm_conf, cf.slurm_conf(layout))
+    _write(layout.etc / "gres.conf", cf.gres_conf(layout))
+    _write(layout.etc / "slurmdbd.conf", cf.slurmdbd_conf(layout), 0o600)
+    _write(layout.triage_conf, cf.triage_conf(layout))
+    for hook, program in cf.HOOK_PROGRAMS.items():
+        _write(layout.hooks / hook, cf.hook_script(layout, program), 0o755)
+    layout.root.chmod(0o755)
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 60) -> None:
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise DevClusterError(f"{Path(cmd[0]).name} failed (rc {result.returncode}): {detail[0]}")
+
+
+def _start_munge(layout: cf.ClusterLayout) -> None:
+    key = Path("/etc/munge/munge.key")
+    if not key.exists():
+        _run([_which("mungekey") or "mungekey", "--create"])
+        shutil.chown(key, "munge", "munge")
+    layout.munge_dir.mkdir(exist_ok=True)
+    layout.munge_dir.chmod(0o755)
+    shutil.chown(layout.munge_dir, "munge", "munge")
+    _run(["runuser", "-u", "munge", "--", _which("munged") or "munged",
+          f"--socket={layout.munge_socket}", f"--pid-file={layout.munge_dir}/munged.pid",
+          f"--log-file={layout.munge_dir}/munged.log", f"--seed-file={layout.munge_dir}/seed",
+          "--num-threads=2"])
+    _wait_until(layout.munge_socket.exists, 10, "munged socket",
+                layout.munge_dir / "munged.log")
+
+
+def _mysql_client(layout: cf.ClusterLayout, sql: str) -> None:
+    _run([_which("mariadb") or "mysql", "--no-defaults", "-uroot",
+          f"--socket={layout.mysql_dir}/mysqld.sock", "-e", sql])
+
+
+def _start_mariadb(layout: cf.ClusterLayout) -> None:
+    datadir = layout.mysql_dir / "data"
+    fresh = not (datadir / "mysql").exists()
+    if fresh:
+        _run([_which("mariadb-install-db") or "mysql_install_db", "--no-defaults",
+              f"--datadir={datadir}", "--user=root", "--auth-root-authentication-method=socket",
+              "--skip-test-db"], timeout=120)
+    sock = layout.mysql_dir / "mysqld.sock"
+    log_file = layout.log / "mariadb.log"
+    with open(log_file, "ab") as out:
+        subprocess.Popen(
+            [_which("mariadbd") or "mariadbd", "--no-defaults", f"--datadir={datadir}",
+             "--user=root", f"--socket={sock}", f"--port={layout.mysql_port}",
+             "--bind-address=127.0.0.1", f"--pid-file={layout.pid_file('mariadbd')}",
+             "--innodb-buffer-pool-size=64M", "--skip-log-bin", "--innodb-log-file-size=16M"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    _wait_until(sock.exists, 30, "MariaDB socket", log_file)
+    if fresh:
+        user = f"'{cf.DB_USER}'@'127.0.0.1'"
+        _mysql_client(layout, f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY "
+                              f"'{cf.DB_PASSWORD}'; GRANT ALL ON slurm_acct_db.* TO {user};")
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start_slurm_daemon(layout: cf.ClusterLayout, daemon: str, args: list[str],
+                        pid_file: Path, port: int) -> None:
+    env = dict(os.environ, SLURM_CONF=str(layout.slurm_conf))
+    log_file = layout.log / (f"slurmd-{args[-1]}.log" if daemon == "slurmd" else f"{daemon}.log")
+    offset = log_file.stat().st_size if log_file.exists() else 0
+    _run([_which(daemon) or daemon, *args], env=env)
+
+    def ready() -> bool:
+        if _alive(_read_pid(pid_file)) and _port_open(port):
+            return True
+        fatal = _new_fatal_line(log_file, offset)
+        if fatal:
+            raise DevClusterError(f"{daemon} {' '.join(args[-1:])} exited: {fatal}")
+        return False
+
+    _wait_until(ready, 30, f"{daemon} {' '.join(args[-1:])}", log_file)
+
+
+def _new_fatal_line(log_file: Path, offset: int) -> str | None:
+    try:
+        with open(log_file, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return next((line[:200] for line in text.splitlines() if "fatal:" in line), None)
+
+
+def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.ClusterLayout:
+    """Bring the cluster up (idempotent): start whatever is not running, wait for IDLE nodes."""
+    layout = layout or default_layout()
+    if os.geteuid() != 0:
+        raise DevClusterError("the dev cluster runs Slurm daemons as root; run as root")
+    ensure_packages()
+    prepare(layout)
+    running = {s.name for s in daemon_status(layout) if s.alive}
+    started = time.monotonic()
+    if "munged" not in running:
+        _start_munge(layout)
+    if "mariadbd" not in running:
+        _start_mariadb(layout)
+    if "slurmdbd" not in running:
+        _start_slurm_daemon(layout, "slurmdbd", [], layout.pid_file("slurmdbd"),
+                            layout.dbd_port)
+    if "slurmctld" not in running:
+        _start_slurm_daemon(layout, "slurmctld", ["-f", str(layout.slurm_conf)],
+                            layout.pid_file("slurmctld"), layout.ctld_port)
+    for i, node in enumerate(cf.NODE_NAMES):
+        if f"slurmd-{node}" not in running:
+            _start_slurm_daemon(layout, "slurmd", ["-f", str(layout.slurm_conf), "-N", node],
+                                layout.pid_file(f"slurmd-{node}"), layout.node_port(i))
+    _wait_for_nodes(layout, timeout_s - (time.monotonic() - started))
+    log.info("devcluster_up", root=str(layout.root), seconds=round(time.monotonic() - started, 1))
+    return layout
+
+
+def _wait_for_nodes(layout: cf.ClusterLayout, timeout_s: float) -> None:
+    from slurm_triage.slurm import SlurmError, open_door
+
+    door = open_door(env=client_env(layout), timeout_s=5)
+
+    def nodes_ready() -> bool:
+        try:
+            nodes = door.nodes(cf.NODE_NAMES)
+        except SlurmError:
+            return False
+        # A node drained by an earlier test run is still "up"; only unknown/down is not.
+        return len(nodes) == len(cf.NODE_NAMES) and all(n.responding for n in nodes)
+
+    _wait_until(nodes_ready, max(timeout_s, 5), "three responding nodes",
+                layout.log / "slurmctld.log")
+
+
+def _stop(pid: int | None, name: str, timeout_s: float) -> None:
+    if not _alive(pid):
+        return
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    try:
+        _wait_until(lambda: not _alive(pid), timeout_s, f"{name} to stop")
+    except DevClusterError:
+        log.warning("devcluster_kill", daemon=name, pid=pid)
+        os.kill(pid, signal.SIGKILL)
+        _wait_until(lambda: not _alive(pid), 5, f"{name} to die")
+
+
+def down(layout: cf.ClusterLayout | None = None) -> None:
+    """Stop every daemon (slurmd first, the database last) and remove the directory."""
+    layout = layout or default_layout()
+    statuses = {s.name: s for s in daemon_status(layout)}
+    for daemon in reversed(DAEMONS):
+        # slurmd waits for a gone slurmctld; it is only worth a short SIGTERM grace.
+        _stop(statuses[daemon].pid, daemon, 3 if daemon.startswith("slurmd") else 10)
+    _kill_leftover_jobs(layout)
+    shutil.rmtree(layout.root, ignore_errors=True)
+    log.info("devcluster_down", root=str(layout.root))
+
+
+def _kill_leftover_jobs(layout: cf.ClusterLayout) -> None:
+    """slurmstepd and job processes can outlive slurmd; kill those launched from our tree."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    marker = str(layout.root)
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            env = proc.info.get("environ") or {}
+            if env.get("SLURM_CONF", "").startswith(marker) and proc.pid != os.getpid():
+                proc.kill()
+        except (psutil.Error, OSError):
+            continue

@@ -1,0 +1,225 @@
+"""The text of the dev cluster's config files: pure functions of a `ClusterLayout`.
+
+Choices here come from running Debian's Slurm 22.05 on one host (shared/reference/
+slurm-behaviour.md): several slurmd on one host with distinct ports, fake GPUs as symlinks
+to /dev/null, `config_overrides` so fake CPU/memory figures do not drain nodes, a short
+`cred_expire` and scheduler intervals so a requeued job runs again within seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+NODE_NAMES = ("node1", "node2", "node3")
+GPUS_PER_NODE = 8
+CPUS_PER_NODE = 8
+MEMORY_MB_PER_NODE = 16000
+CLUSTER_NAME = "triage"
+DB_USER = "slurm"
+# Loopback-only throwaway database of a test cluster; not a secret.
+DB_PASSWORD = "triage-devcluster"
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """Where everything of one dev cluster lives; all of it under `root`."""
+
+    root: Path
+    hostname: str
+    base_port: int
+    bin_dir: Path  # where our installed programs (slurm-triage-prolog, ...) live
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def triage_conf(self) -> Path:
+        return self.etc / "triage.toml"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def spool(self) -> Path:
+        return self.root / "spool"
+
+    @property
+    def munge_dir(self) -> Path:
+        return self.root / "munge"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge_dir / "munge.socket"
+
+    @property
+    def mysql_dir(self) -> Path:
+        return self.root / "mysql"
+
+    @property
+    def hooks(self) -> Path:
+        return self.root / "hooks"
+
+    @property
+    def gpu_dir(self) -> Path:
+        return self.root / "dev"
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.root / "evidence"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def ctld_port(self) -> int:
+        return self.base_port
+
+    @property
+    def dbd_port(self) -> int:
+        return self.base_port + 1
+
+    @property
+    def mysql_port(self) -> int:
+        return self.base_port + 2
+
+    def node_port(self, index: int) -> int:
+        return self.base_port + 10 + index
+
+    def pid_file(self, daemon: str) -> Path:
+        return self.run / f"{daemon}.pid"
+
+
+HOOK_PROGRAMS = {
+    "prolog": "slurm-triage-prolog",
+    "epilog": "slurm-triage-epilog",
+    "epilog-slurmctld": "slurm-triage-epilog-slurmctld",
+    "healthcheck": "slurm-triage-healthcheck",
+}
+
+
+def slurm_conf(layout: ClusterLayout) -> str:
+    hooks = layout.hooks
+    nodes = "\n".join(
+        f"NodeName={name} NodeHostname={layout.hostname} NodeAddr=127.0.0.1 "
+        f"Port={layout.node_port(i)} CPUs={CPUS_PER_NODE} RealMemory={MEMORY_MB_PER_NODE} "
+        f"Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
+        for i, name in enumerate(NODE_NAMES)
+    )
+    return f"""\
+# slurm-triage dev cluster: three slurmd on one host. Generated; `devcluster down` removes it.
+ClusterName={CLUSTER_NAME}
+SlurmctldHost={layout.hostname}(127.0.0.1)
+SlurmctldPort={layout.ctld_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# A requeued job waits cred_expire seconds before it may start again (default 120).
+AuthInfo=socket={layout.munge_socket},cred_expire=10
+StateSaveLocation={layout.spool}/ctld
+SlurmdSpoolDir={layout.spool}/%n
+SlurmctldPidFile={layout.pid_file("slurmctld")}
+SlurmdPidFile={layout.run}/slurmd-%n.pid
+SlurmctldLogFile={layout.log}/slurmctld.log
+SlurmdLogFile={layout.log}/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SlurmdParameters=config_overrides
+DefMemPerCPU=100
+GresTypes=gpu
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort={layout.dbd_port}
+AccountingStorageTRES=gres/gpu
+# For accounting, the munge socket is named here, not by AuthInfo.
+AccountingStoragePass={layout.munge_socket}
+JobCompType=jobcomp/none
+MailProg=/bin/true
+ReturnToService=2
+MinJobAge=600
+KillWait=10
+InactiveLimit=0
+MessageTimeout=10
+PrologFlags=Alloc
+PrologEpilogTimeout=60
+Prolog={hooks}/prolog
+Epilog={hooks}/epilog
+EpilogSlurmctld={hooks}/epilog-slurmctld
+HealthCheckProgram={hooks}/healthcheck
+HealthCheckInterval=60
+HealthCheckNodeState=ANY
+{nodes}
+PartitionName=gpu Nodes={",".join(NODE_NAMES)} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def gres_conf(layout: ClusterLayout) -> str:
+    # Count-only lines are dropped and regular files rejected; symlinks to /dev/null work.
+    return (
+        f"NodeName={','.join(NODE_NAMES)} Name=gpu "
+        f"File={layout.gpu_dir}/gpu[0-{GPUS_PER_NODE - 1}]\n"
+    )
+
+
+def slurmdbd_conf(layout: ClusterLayout) -> str:
+    return f"""\
+AuthType=auth/munge
+AuthInfo=socket={layout.munge_socket}
+DbdHost={layout.hostname}
+DbdAddr=127.0.0.1
+DbdPort={layout.dbd_port}
+SlurmUser=root
+LogFile={layout.log}/slurmdbd.log
+PidFile={layout.pid_file("slurmdbd")}
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={layout.mysql_port}
+StorageUser={DB_USER}
+StoragePass={DB_PASSWORD}
+StorageLoc=slurm_acct_db
+"""
+
+
+def triage_conf(layout: ClusterLayout) -> str:
+    return f"""\
+# slurm-triage config used by the dev cluster's Prolog/Epilog/HealthCheck programs.
+[logging]
+destination = "file"
+file = "{layout.log}/slurm-triage.log"
+format = "json"
+level = "info"
+
+[paths]
+evidence_dir = "{layout.evidence_dir}"
+state_dir = "{layout.state_dir}"
+"""
+
+
+def hook_script(layout: ClusterLayout, program: str) -> str:
+    # slurmd gives Prolog/Epilog no PATH and none of its own environment, so the hook names
+    # our config and PATH itself, then runs the installed program.
+    return f"""#!/bin/sh
+export PATH={layout.bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export SLURM_CONF={layout.slurm_conf}
+export SLURM_TRIAGE_CONFIG={layout.triage_conf}
+exec {layout.bin_dir}/{program} "$@"
+"""

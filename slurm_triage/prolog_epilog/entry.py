@@ -1,0 +1,74 @@
+"""The programs slurm.conf runs: Prolog=, Epilog=, EpilogSlurmctld=, HealthCheckProgram=.
+
+slurm.conf takes a program without arguments, so each role has its own executable. Slurm
+drains a node when a Prolog or Epilog exits non-zero, so our own trouble (a bad config, a
+crash) is logged and turned into exit 0 here; only a real verdict may exit non-zero.
+Until the health-check and epilog issues land these programs record that they ran.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from slurm_triage.config import ConfigError, LoggingConfig, load_config
+from slurm_triage.logs import get_logger, setup_logging
+
+# The SLURM_* variables slurmd/slurmctld pass to these programs that we log as context.
+_CONTEXT_VARS = {
+    "SLURM_JOB_ID": "job_id",
+    "SLURMD_NODENAME": "node",
+    "SLURM_JOB_USER": "user",
+    "SLURM_JOB_PARTITION": "partition",
+    "SLURM_SCRIPT_CONTEXT": "context",
+    "SLURM_JOB_EXIT_CODE2": "exit_code",
+    "SLURM_JOB_RESTART_COUNT": "restart_count",
+}
+
+
+def _run_role(role: str, body: Callable[[], int]) -> int:
+    """Set up config and logging for a role, run it, and never let our own error escape."""
+    program = f"slurm-triage-{role}"
+    try:
+        config = load_config()
+        setup_logging(config.logging, program=program)
+    except ConfigError as exc:
+        setup_logging(LoggingConfig(), program=program)
+        get_logger().error("config_invalid", role=role, error=str(exc))
+        return 0
+    context = {key: os.environ[var] for var, key in _CONTEXT_VARS.items() if var in os.environ}
+    log = get_logger(role=role, **context)
+    try:
+        return body()
+    except Exception as exc:  # our bug must not drain a node
+        log.error("role_crashed", error=f"{type(exc).__name__}: {exc}")
+        return 0
+    finally:
+        log.info("role_done")
+
+
+def _nothing_yet() -> int:
+    return 0
+
+
+def prolog_main() -> int:
+    return _run_role("prolog", _nothing_yet)
+
+
+def epilog_main() -> int:
+    return _run_role("epilog", _nothing_yet)
+
+
+def epilog_slurmctld_main() -> int:
+    return _run_role("epilog-slurmctld", _nothing_yet)
+
+
+def healthcheck_main() -> int:
+    return _run_role("healthcheck", _nothing_yet)
+
+
+if __name__ == "__main__":
+    roles = {"prolog": prolog_main, "epilog": epilog_main,
+             "epilog-slurmctld": epilog_slurmctld_main, "healthcheck": healthcheck_main}
+    sys.exit(roles[sys.argv[1]]())

@@ -1,0 +1,109 @@
+"""The Slurm door over the command line: scontrol, sinfo, sacct. Works with any Slurm.
+
+Reads use machine-readable forms where 22.05 has working ones (`sinfo --json`, `sacct -P`);
+`scontrol --json` does not exist there, so jobs are read from `scontrol show job` with a
+parser that is safe against user-controlled text (see parse.parse_key_values).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+
+from slurm_triage.logs import get_logger
+from slurm_triage.slurm import hostlist, parse
+from slurm_triage.slurm.door import SlurmDoor
+from slurm_triage.slurm.errors import JobNotFound, NodeNotFound, SlurmCommandError
+from slurm_triage.slurm.model import JobInfo, NodeInfo
+from slurm_triage.slurm.runner import Runner
+
+log = get_logger(component="slurm.cli")
+
+# Drain reasons travel through argv; Slurm stores them on one line of limited length.
+MAX_REASON_CHARS = 500
+
+
+def _resolver(bin_dir: str, env: dict[str, str] | None):  # type: ignore[no-untyped-def]
+    path = (env or os.environ).get("PATH")
+
+    def resolve(name: str) -> str:
+        if bin_dir:
+            return os.path.join(bin_dir, name)
+        found = shutil.which(name, path=path) or shutil.which(name, path="/usr/bin:/usr/sbin")
+        return found or name
+
+    return resolve
+
+
+class CliDoor(SlurmDoor):
+    """Every operation is one or two Slurm client commands under the runner's deadline."""
+
+    name = "cli"
+
+    def __init__(self, runner: Runner, bin_dir: str = "") -> None:
+        self._runner = runner
+        runner.resolve = _resolver(bin_dir, runner.env)
+
+    def job(self, job_id: int) -> JobInfo:
+        try:
+            result = self._runner.run(["scontrol", "show", "job", str(job_id)])
+            return parse.parse_scontrol_job(result.stdout, job_id)
+        except JobNotFound:
+            # slurmctld forgot it (MinJobAge passed); accounting still knows.
+            return self.accounted_job(job_id)
+
+    def accounted_job(self, job_id: int) -> JobInfo:
+        result = self._runner.run([
+            "sacct", "-j", str(job_id), "-D", "-X", "-n", "-P",
+            f"--delimiter={parse.SACCT_DELIMITER}", "-o", ",".join(parse.SACCT_FIELDS),
+        ])
+        if not result.stdout.strip():
+            raise JobNotFound(f"job {job_id}: not known to slurmctld or accounting")
+        return parse.parse_sacct_job(result.stdout, job_id)
+
+    def nodes(self, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
+        wanted = list(dict.fromkeys(names)) if names is not None else None
+        argv = ["sinfo", "--json"]
+        if wanted:
+            argv += ["-n", hostlist.compress(wanted)]
+        found = parse.parse_sinfo_json(self._runner.run(argv).stdout, wanted)
+        if wanted is not None and len(found) != len(wanted):
+            missing = sorted(set(wanted) - {n.name for n in found})
+            raise NodeNotFound(f"unknown node(s): {','.join(missing)}")
+        return found
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        self._runner.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
+        log.info("job_requeued", job_id=job_id, hold=hold)
+
+    def set_excluded_nodes(self, job_id: int, nodes: Iterable[str], *,
+                           merge: bool = True) -> tuple[str, ...]:
+        wanted = list(dict.fromkeys(nodes))
+        if merge:
+            current = self.job(job_id).excluded_nodes
+            wanted = list(dict.fromkeys([*current, *wanted]))
+        value = hostlist.compress(wanted) if wanted else ""
+        self._runner.run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={value}"])
+        log.info("job_excluded_nodes_set", job_id=job_id, excluded=value)
+        return tuple(wanted)
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        if "\n" in text:
+            raise SlurmCommandError("AdminComment must be one line")
+        self._runner.run(["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"])
+
+    def drain(self, node: str, reason: str) -> None:
+        reason = " ".join(reason.split())[:MAX_REASON_CHARS]
+        if not reason:
+            raise SlurmCommandError("a drain needs a reason")
+        self._runner.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
+                          f"Reason={reason}"])
+        log.info("node_drained", node=node, reason=reason)
+
+    def resume(self, node: str) -> None:
+        self._runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        log.info("node_resumed", node=node)
+
+    def slurm_version(self) -> str:
+        return parse.parse_version(self._runner.run(["scontrol", "--version"]).stdout)

@@ -1,0 +1,61 @@
+"""The one narrow door to Slurm: what every other part of slurm-triage may ask of it.
+
+Two backends implement it: the Slurm command line (always available) and pyslurm (where
+it is installed and built for the running Slurm). `open_door()` picks one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+
+from slurm_triage.slurm.model import JobInfo, NodeInfo
+
+
+class SlurmDoor(abc.ABC):
+    """Operations on jobs and nodes. Every call is bounded by the backend's deadline and
+    raises only `SlurmError` subclasses; none returns a silent failure value."""
+
+    name: str
+
+    @abc.abstractmethod
+    def job(self, job_id: int) -> JobInfo:
+        """The job from slurmctld, or from accounting (sacct) once slurmctld forgot it."""
+
+    @abc.abstractmethod
+    def accounted_job(self, job_id: int) -> JobInfo:
+        """The job as Slurm's accounting (slurmdbd) recorded it; its restart count is the
+        number of REQUEUED records, and the requeue flag is not recorded there."""
+
+    @abc.abstractmethod
+    def nodes(self, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
+        """The named nodes (all nodes when None); unknown names raise NodeNotFound."""
+
+    def node(self, name: str) -> NodeInfo:
+        return self.nodes([name])[0]
+
+    @abc.abstractmethod
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        """Requeue a running or just-ended batch job; held jobs wait for `scontrol release`."""
+
+    @abc.abstractmethod
+    def set_excluded_nodes(self, job_id: int, nodes: Iterable[str], *,
+                           merge: bool = True) -> tuple[str, ...]:
+        """Set a pending job's ExcNodeList; with merge, keep what is already excluded (the
+        user's own --exclude). Returns the resulting list."""
+
+    @abc.abstractmethod
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        """Replace the job's AdminComment (kept in accounting with slurmdbd)."""
+
+    @abc.abstractmethod
+    def drain(self, node: str, reason: str) -> None:
+        """Drain a node: running jobs finish, no new ones start; reason is required."""
+
+    @abc.abstractmethod
+    def resume(self, node: str) -> None:
+        """Return a drained or down node to service."""
+
+    @abc.abstractmethod
+    def slurm_version(self) -> str:
+        """The running Slurm's version, e.g. '22.05.8'."""

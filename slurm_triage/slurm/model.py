@@ -1,0 +1,135 @@
+"""What the Slurm door returns: frozen facts about jobs and nodes, backend-independent."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class JobState(enum.StrEnum):
+    """Slurm's base job states (squeue(1) JOB STATE CODES), plus UNKNOWN for anything else."""
+
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    REQUEUE_FED = "REQUEUE_FED"
+    RESIZING = "RESIZING"
+    REVOKED = "REVOKED"
+    SIGNALING = "SIGNALING"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+    STAGE_OUT = "STAGE_OUT"
+    STOPPED = "STOPPED"
+    RESV_DEL_HOLD = "RESV_DEL_HOLD"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def parse(cls, text: str | None) -> JobState:
+        """Map Slurm's spellings ('CANCELLED by 0', 'CA', 'node_fail') to a state."""
+        word = (text or "").strip().split(" ")[0].upper()
+        word = _SHORT_CODES.get(word, word)
+        try:
+            return cls(word)
+        except ValueError:
+            return cls.UNKNOWN
+
+    @property
+    def finished(self) -> bool:
+        return self in _FINISHED
+
+
+_SHORT_CODES = {
+    "PD": "PENDING", "CF": "CONFIGURING", "R": "RUNNING", "S": "SUSPENDED",
+    "CG": "COMPLETING", "CD": "COMPLETED", "CA": "CANCELLED", "F": "FAILED",
+    "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "BF": "BOOT_FAIL",
+    "DL": "DEADLINE", "OOM": "OUT_OF_MEMORY", "RQ": "REQUEUED", "RH": "REQUEUE_HOLD",
+    "RF": "REQUEUE_FED", "RS": "RESIZING", "RV": "REVOKED", "SI": "SIGNALING",
+    "SE": "SPECIAL_EXIT", "SO": "STAGE_OUT", "ST": "STOPPED",
+}
+_FINISHED = frozenset({
+    JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.TIMEOUT,
+    JobState.NODE_FAIL, JobState.PREEMPTED, JobState.BOOT_FAIL, JobState.DEADLINE,
+    JobState.OUT_OF_MEMORY, JobState.REVOKED, JobState.SPECIAL_EXIT,
+})
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as Slurm sees it now (from slurmctld, or from accounting once it is gone).
+
+    `exit_code`/`exit_signal` follow Slurm's `ExitCode=code:signal`. `time_limit_min` is
+    None for UNLIMITED. `excluded_nodes` are expanded names. `source` says where the facts
+    came from ("scontrol", "sacct" or "pyslurm"), since accounting lags the controller.
+    """
+
+    job_id: int
+    state: JobState
+    state_reason: str
+    exit_code: int
+    exit_signal: int
+    nodes: tuple[str, ...]
+    excluded_nodes: tuple[str, ...]
+    restart_count: int
+    requeue: bool
+    batch: bool
+    user: str
+    uid: int | None
+    partition: str
+    num_nodes: int
+    time_limit_min: int | None
+    admin_comment: str
+    comment: str
+    source: str
+
+
+class NodeFlag(enum.StrEnum):
+    """The node state flags we act on; others are kept as text in NodeInfo.other_flags."""
+
+    DRAIN = "DRAIN"
+    NOT_RESPONDING = "NOT_RESPONDING"
+    MAINTENANCE = "MAINTENANCE"
+    REBOOT_REQUESTED = "REBOOT_REQUESTED"
+    POWERED_DOWN = "POWERED_DOWN"
+    COMPLETING = "COMPLETING"
+    FAIL = "FAIL"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node: base state (IDLE, ALLOCATED, MIXED, DOWN, ...), flags and the admin reason."""
+
+    name: str
+    state: str
+    flags: frozenset[str]
+    reason: str
+    reason_user: str
+    reason_time: int | None
+
+    @property
+    def drained(self) -> bool:
+        """Drain requested (DRAINING while jobs run, DRAINED when idle)."""
+        return NodeFlag.DRAIN in self.flags
+
+    @property
+    def responding(self) -> bool:
+        return (
+            self.state not in ("DOWN", "UNKNOWN", "FUTURE")
+            and NodeFlag.NOT_RESPONDING not in self.flags
+        )
+
+    @property
+    def label(self) -> str:
+        """Slurm's compact form, e.g. IDLE+DRAIN."""
+        return "+".join([self.state, *sorted(self.flags)])

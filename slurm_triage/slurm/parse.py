@@ -1,0 +1,216 @@
+"""Pure parsers of Slurm 22.05+ client output: `scontrol show job`, `sinfo --json`, `sacct`.
+
+They take text and return model objects or raise SlurmOutputError; no I/O here, so they
+are fuzzed directly (issue 8) and tested on recorded output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from slurm_triage.slurm import hostlist
+from slurm_triage.slurm.errors import SlurmOutputError
+from slurm_triage.slurm.model import JobInfo, JobState, NodeInfo
+
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+
+# In `scontrol show job` (multi-line form) each of these ends its line and may contain
+# spaces and '=' (they are user-controlled), so the rest of the line is its value.
+_FREE_TEXT_KEYS = frozenset({
+    "JobName", "Command", "WorkDir", "AdminComment", "Comment", "StdErr", "StdIn", "StdOut",
+    "SystemComment",
+})
+_KEY_AT = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
+# `sacct --delimiter` value: ASCII unit separator, which job names and comments lack.
+SACCT_DELIMITER = "\x1f"
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList", "User", "UID", "Partition", "NNodes",
+                "Timelimit", "Flags", "Comment", "AdminComment")
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """Key=value pairs of multi-line `scontrol show` output; the first occurrence wins, so
+    text inside a user's job name or comment cannot override a real field after it."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        matches = list(_KEY_AT.finditer(line))
+        for i, match in enumerate(matches):
+            key = match.group(1)
+            end = len(line) if key in _FREE_TEXT_KEYS else (
+                matches[i + 1].start() if i + 1 < len(matches) else len(line))
+            fields.setdefault(key, line[match.end():end].strip())
+            if key in _FREE_TEXT_KEYS:
+                break
+    return fields
+
+
+def _none_if_null(value: str | None) -> str:
+    return "" if value in (None, "(null)", "N/A", "None") else str(value)
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def parse_exit_code(text: str | None) -> tuple[int, int]:
+    """'3:0' -> (3, 0); anything unparsable -> (0, 0) is not safe, so it raises."""
+    match = re.fullmatch(r"\s*(\d+):(\d+)\s*", text or "")
+    if not match:
+        raise SlurmOutputError(f"unparsable ExitCode {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def parse_time_limit_min(text: str | None) -> int | None:
+    """Slurm time limits in minutes, None for unlimited. Formats (sbatch(1)): M, M:S, H:M:S,
+    D-H, D-H:M, D-H:M:S; seconds round up."""
+    value = _none_if_null(text).strip()
+    if value in ("", "UNLIMITED", "Partition_Limit", "INFINITE"):
+        return None
+    if not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", value):
+        raise SlurmOutputError(f"unparsable time limit {text!r}")
+    days = 0
+    if "-" in value:
+        day_text, value = value.split("-", 1)
+        days = int(day_text)
+        hms = [int(p) for p in value.split(":")] + [0, 0]
+        hours, minutes, seconds = hms[0], hms[1], hms[2]
+    else:
+        parts = [int(p) for p in value.split(":")]
+        hours, minutes, seconds = ([0] * (3 - len(parts)) + parts) if len(parts) == 3 else (
+            0, parts[0], parts[1] if len(parts) == 2 else 0)
+    return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+def _nodes(text: str | None) -> tuple[str, ...]:
+    try:
+        return tuple(hostlist.expand(_none_if_null(text)))
+    except hostlist.HostlistError as exc:
+        raise SlurmOutputError(str(exc)) from None
+
+
+def _user_and_uid(text: str) -> tuple[str, int | None]:
+    match = re.fullmatch(r"(.*?)\((\d+)\)", text or "")
+    return (match.group(1), int(match.group(2))) if match else (text, None)
+
+
+def parse_scontrol_job(text: str, job_id: int) -> JobInfo:
+    """One job from `scontrol show job N` (multi-line form)."""
+    if len(text) > MAX_OUTPUT_BYTES:
+        raise SlurmOutputError("scontrol output too large")
+    records = [r for r in re.split(r"\n\s*\n", text) if r.strip()]
+    for record in records:
+        fields = parse_key_values(record)
+        if _int(fields.get("JobId"), -1) == job_id:
+            return _job_from_fields(fields, job_id)
+    raise SlurmOutputError(f"scontrol show job {job_id}: no record for job {job_id}")
+
+
+def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
+    if "JobState" not in fields:
+        raise SlurmOutputError(f"scontrol show job {job_id}: no JobState field")
+    exit_code, exit_signal = parse_exit_code(fields.get("ExitCode", "0:0"))
+    user, uid = _user_and_uid(fields.get("UserId", ""))
+    return JobInfo(
+        job_id=job_id,
+        state=JobState.parse(fields["JobState"]),
+        state_reason=_none_if_null(fields.get("Reason")),
+        exit_code=exit_code,
+        exit_signal=exit_signal,
+        nodes=_nodes(fields.get("NodeList")),
+        excluded_nodes=_nodes(fields.get("ExcNodeList")),
+        restart_count=_int(fields.get("Restarts")),
+        requeue=fields.get("Requeue") == "1",
+        batch=fields.get("BatchFlag") == "1",
+        user=user,
+        uid=uid,
+        partition=_none_if_null(fields.get("Partition")),
+        num_nodes=_int(fields.get("NumNodes")),
+        time_limit_min=parse_time_limit_min(fields.get("TimeLimit")),
+        admin_comment=_none_if_null(fields.get("AdminComment")),
+        comment=_none_if_null(fields.get("Comment")),
+        source="scontrol",
+    )
+
+
+def parse_sacct_job(text: str, job_id: int) -> JobInfo:
+    """A finished job from `sacct -D -X -n -P --delimiter=US -o SACCT_FIELDS`: the last row is
+    the current run, earlier REQUEUED rows count its restarts."""
+    rows = [line.split(SACCT_DELIMITER, len(SACCT_FIELDS) - 1)
+            for line in text.splitlines() if line.strip()]
+    rows = [r for r in rows if len(r) == len(SACCT_FIELDS) and r[0].strip() == str(job_id)]
+    if not rows:
+        raise SlurmOutputError(f"sacct: no record for job {job_id}")
+    row = dict(zip(SACCT_FIELDS, rows[-1], strict=True))
+    exit_code, exit_signal = parse_exit_code(row["ExitCode"])
+    requeues = sum(1 for r in rows if JobState.parse(r[1]) is JobState.REQUEUED)
+    return JobInfo(
+        job_id=job_id,
+        state=JobState.parse(row["State"]),
+        state_reason="",
+        exit_code=exit_code,
+        exit_signal=exit_signal,
+        nodes=_nodes(row["NodeList"] if row["NodeList"] != "None assigned" else ""),
+        excluded_nodes=(),
+        restart_count=requeues,
+        requeue=False,  # accounting does not record the flag; callers must not assume it
+        batch=True,
+        user=row["User"],
+        uid=_int(row["UID"], -1) if row["UID"] else None,
+        partition=row["Partition"],
+        num_nodes=_int(row["NNodes"]),
+        time_limit_min=parse_time_limit_min(row["Timelimit"]),
+        admin_comment=row["AdminComment"].strip(),
+        comment=row["Comment"].strip(),
+        source="sacct",
+    )
+
+
+def parse_sinfo_json(text: str, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
+    """Nodes from `sinfo --json` (22.05+), filtered to names (sinfo may ignore filters)."""
+    try:
+        data = json.loads(text)
+        raw_nodes: list[dict[str, Any]] = data["nodes"]
+    except (ValueError, KeyError, TypeError):
+        raise SlurmOutputError("sinfo --json: not the expected JSON document") from None
+    by_name: dict[str, NodeInfo] = {}
+    for raw in raw_nodes:
+        try:
+            node = _node_from_json(raw)
+        except (KeyError, TypeError, AttributeError):
+            raise SlurmOutputError("sinfo --json: a node entry lacks name/state") from None
+        by_name.setdefault(node.name, node)
+    if names is None:
+        return tuple(by_name[n] for n in sorted(by_name))
+    return tuple(by_name[n] for n in names if n in by_name)
+
+
+def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
+    state = raw["state"]
+    # 22.05: "state": "idle", "state_flags": ["DRAIN"]; 23.02+: "state": ["IDLE", "DRAIN"].
+    words = [state] if isinstance(state, str) else list(state)
+    words += list(raw.get("state_flags") or [])
+    base, *flags = [str(w).upper() for w in words]
+    reason_time = raw.get("reason_changed_at")
+    if isinstance(reason_time, dict):  # 23.02+: {"set": true, "number": N}
+        reason_time = reason_time.get("number") if reason_time.get("set") else None
+    return NodeInfo(
+        name=str(raw["name"]),
+        state=base,
+        flags=frozenset(flags),
+        reason=str(raw.get("reason") or ""),
+        reason_user=str(raw.get("reason_set_by_user") or ""),
+        reason_time=int(reason_time) if reason_time else None,
+    )
+
+
+def parse_version(text: str) -> str:
+    """'slurm 22.05.8' or 'slurm-wlm 22.05.8' -> '22.05.8'."""
+    match = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    if not match:
+        raise SlurmOutputError(f"unparsable Slurm version {text.strip()[:80]!r}")
+    return match.group(1)

@@ -1,0 +1,161 @@
+"""Run one Slurm command under a hard deadline, with a bounded tenacity retry.
+
+A hung scontrol (slurmctld wedged, a stuck NFS home, a fake that sleeps) must never hang a
+Prolog or Epilog: each attempt runs in its own process group, which is SIGKILLed when the
+deadline passes, so even a grandchild holding our pipes cannot keep us waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import tenacity
+
+from slurm_triage.slurm.errors import (
+    InvalidJobState,
+    JobNotFound,
+    NodeNotFound,
+    NotRequeueable,
+    SlurmCommandError,
+    SlurmTimeout,
+    SlurmUnavailable,
+)
+
+# stderr text of Slurm 22.05+ clients mapped to our error classes; first match wins.
+_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], type[SlurmCommandError] | type[SlurmUnavailable]],
+                       ...] = (
+    (re.compile(r"Invalid job id|Invalid job array|job id .* not found", re.I), JobNotFound),
+    (re.compile(r"Invalid node name|Node .* not found", re.I), NodeNotFound),
+    (re.compile(r"Requested operation is presently disabled|Only batch jobs", re.I),
+     NotRequeueable),
+    (re.compile(r"already finished|already completing|Job is pending execution|"
+                r"Job/step already completing|Requested operation not supported on this job "
+                r"state", re.I), InvalidJobState),
+    (re.compile(r"Unable to contact slurm controller|Socket timed out|Connection refused|"
+                r"Zero Bytes were transmitted|Communication connection failure|"
+                r"Unable to establish Slurm connection|Slurm backup controller in standby|"
+                r"slurmdbd: Connection|Transport endpoint is not connected|"
+                r"Could not establish a configuration source", re.I), SlurmUnavailable),
+)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+@dataclass
+class Runner:
+    """Runs Slurm client commands for one operation budget.
+
+    `timeout_s` bounds the whole operation, retries and waits included; `attempts` bounds
+    the retries of transient failures (controller unreachable). `sleep` and `clock` are
+    injectable so tests can assert exact waits.
+    """
+
+    timeout_s: float = 10.0
+    attempts: int = 3
+    retry_wait_s: float = 0.5
+    env: dict[str, str] | None = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    resolve: Callable[[str], str] = field(default=lambda name: name)
+
+    def run(self, argv: Sequence[str], *, check: bool = True) -> CommandResult:
+        """Run argv; raise our error class on failure, SlurmTimeout past the deadline."""
+        deadline = self.clock() + self.timeout_s
+        command = [self.resolve(argv[0]), *argv[1:]]
+
+        def remaining() -> float:
+            return deadline - self.clock()
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            backoff = self.retry_wait_s * (2 ** (state.attempt_number - 1))
+            return max(0.0, min(backoff, remaining() - 0.05))
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=wait,
+            retry=tenacity.retry_if_exception_type(SlurmUnavailable),
+            sleep=self.sleep,
+            reraise=True,
+        )
+        return retrying(self._attempt, command, remaining, check)
+
+    def _attempt(self, command: list[str], remaining: Callable[[], float],
+                 check: bool) -> CommandResult:
+        budget = remaining()
+        if budget <= 0:
+            raise SlurmTimeout(f"{_show(command)}: no time left within {self.timeout_s:g}s")
+        result = run_bounded(command, budget, self.env)
+        if result is None:
+            raise SlurmTimeout(
+                f"{_show(command)} did not finish within {self.timeout_s:g}s and was killed"
+            )
+        if check and result.returncode != 0:
+            raise classify_failure(result)
+        return result
+
+
+def _show(command: Sequence[str]) -> str:
+    text = " ".join(command[:4])
+    return text if len(command) <= 4 else text + " ..."
+
+
+def classify_failure(result: CommandResult) -> SlurmCommandError | SlurmUnavailable:
+    message = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()
+    first = next((line for line in message if line.strip()), "no output")[:300]
+    for pattern, error in _ERROR_PATTERNS:
+        if pattern.search(result.stderr) or pattern.search(result.stdout):
+            return error(f"{_show(result.argv)}: {first}")
+    return SlurmCommandError(f"{_show(result.argv)} failed (rc {result.returncode}): {first}")
+
+
+def run_bounded(command: Sequence[str], timeout_s: float,
+                env: dict[str, str] | None) -> CommandResult | None:
+    """Run a command in its own process group; None if it outlived timeout_s (group killed)."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=env, start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise SlurmUnavailable(f"{command[0]}: command not found (is Slurm installed?)") from None
+    except PermissionError:
+        raise SlurmUnavailable(f"{command[0]}: permission denied") from None
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return None
+    return CommandResult(
+        argv=tuple(command), returncode=proc.returncode,
+        stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+        seconds=time.monotonic() - started,
+    )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    # Our pipes may still be held by a process that escaped the group; don't wait on them.
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe:
+            pipe.close()
+    try:
+        proc.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        pass

@@ -1,0 +1,132 @@
+"""The Slurm door against the real local Slurm (Debian's slurmctld, slurmd, slurmdbd)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurm_triage.slurm import (
+    InvalidJobState,
+    JobNotFound,
+    JobState,
+    NodeNotFound,
+    NotRequeueable,
+    SlurmDoor,
+    open_door,
+)
+from tests.integration.slurmtest import env, sbatch, scancel, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def door(devcluster) -> SlurmDoor:  # type: ignore[no-untyped-def]
+    return open_door(env=env(devcluster), timeout_s=15)
+
+
+def _state(door: SlurmDoor, job_id: int) -> JobState:
+    return door.job(job_id).state
+
+
+def test_reads_running_job_fields(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
+    """A running job reads back with its state, nodes, requeue flag, user's exclusions and limit."""
+    job_id = sbatch(devcluster, "--requeue", "-N1", "--exclude=node3", "-t", "30",
+                    "-J", "name JobState=COMPLETED", "--wrap", "sleep 60")
+    try:
+        job = wait_for(lambda: (j := door.job(job_id)).state is JobState.RUNNING and j,
+                       30, "job running")
+        assert job.nodes and job.nodes[0] in ("node1", "node2")
+        assert job.excluded_nodes == ("node3",)
+        assert job.requeue and job.batch
+        assert job.user == "root" and job.uid == 0
+        assert job.time_limit_min == 30
+        assert job.restart_count == 0
+        assert job.source == "scontrol"
+    finally:
+        scancel(devcluster, job_id)
+
+
+def test_requeue_failed_job_runs_again(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
+    """A failed --requeue job is requeued: Restarts goes to 1 and it runs a second time."""
+    job_id = sbatch(devcluster, "--requeue", "-N1",
+                    "--wrap", 'echo "run $SLURM_RESTART_COUNT"; exit 3')
+    failed = wait_for(lambda: (j := door.job(job_id)).state is JobState.FAILED and j,
+                      30, "job failed")
+    assert (failed.exit_code, failed.exit_signal) == (3, 0)
+    door.requeue(job_id)
+    requeued = door.job(job_id)
+    assert requeued.restart_count == 1
+    assert requeued.state in (JobState.PENDING, JobState.COMPLETING, JobState.REQUEUED)
+    wait_for(lambda: door.job(job_id).state is JobState.FAILED and
+             door.job(job_id).restart_count == 1, 60, "second run to fail")
+
+
+def test_requeue_refused_for_no_requeue_job(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
+    """A --no-requeue job cannot be requeued, and the door says so with its own error."""
+    job_id = sbatch(devcluster, "--no-requeue", "-N1", "--wrap", "exit 1")
+    wait_for(lambda: _state(door, job_id) is JobState.FAILED, 30, "job failed")
+    with pytest.raises(NotRequeueable):
+        door.requeue(job_id)
+
+
+def test_exclusion_moves_requeued_job_to_another_node(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
+    """Requeue, then exclude the node it ran on: it runs elsewhere, and the user's own
+    --exclude is kept alongside ours."""
+    job_id = sbatch(devcluster, "--requeue", "-N1", "--exclude=node3", "--wrap", "sleep 120")
+    try:
+        first = wait_for(lambda: (j := door.job(job_id)).state is JobState.RUNNING and j,
+                         30, "first run")
+        bad_node = first.nodes[0]
+        door.requeue(job_id)
+        excluded = door.set_excluded_nodes(job_id, [bad_node])
+        assert set(excluded) == {"node3", bad_node}
+        assert set(door.job(job_id).excluded_nodes) == {"node3", bad_node}
+        second = wait_for(lambda: (j := door.job(job_id)).state is JobState.RUNNING and j,
+                          60, "second run")
+        (good_node,) = {"node1", "node2"} - {bad_node}
+        assert second.nodes == (good_node,)
+        assert second.restart_count == 1
+    finally:
+        scancel(devcluster, job_id)
+
+
+def test_drain_and_resume_node(door: SlurmDoor) -> None:
+    """A node drained with our reason shows DRAIN and the reason; resume clears both."""
+    door.drain("node3", "triage: gpu.lost GPU3 00000000:3B:00.0")
+    try:
+        node = door.node("node3")
+        assert node.drained
+        assert node.reason == "triage: gpu.lost GPU3 00000000:3B:00.0"
+    finally:
+        door.resume("node3")
+    node = door.node("node3")
+    assert not node.drained
+    assert node.reason == ""
+
+
+def test_admin_comment_round_trip_through_controller_and_accounting(
+        door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
+    """AdminComment written by the door reads back from slurmctld and from sacct."""
+    summary = json.dumps({"triage": {"cause": "gpu_unavailable", "nodes": ["node2"],
+                                     "action": "requeue_exclude", "n": 1}},
+                         separators=(",", ":"))
+    job_id = sbatch(devcluster, "-N1", "--wrap", "sleep 2")
+    wait_for(lambda: _state(door, job_id) is JobState.RUNNING, 30, "job running")
+    door.set_admin_comment(job_id, summary)
+    assert json.loads(door.job(job_id).admin_comment) == json.loads(summary)
+    wait_for(lambda: _state(door, job_id) is JobState.COMPLETED, 30, "job completed")
+    # Slurm refuses to change a finished job's AdminComment (sacctmgr would mangle quotes).
+    with pytest.raises(InvalidJobState):
+        door.set_admin_comment(job_id, "{}")
+    wait_for(lambda: json.loads(door.accounted_job(job_id).admin_comment or "{}")
+             == json.loads(summary), 30, "AdminComment in accounting")
+    assert door.accounted_job(job_id).source == "sacct"
+
+
+def test_unknown_job_and_node_are_clear_errors(door: SlurmDoor) -> None:
+    """Asking for a job or node that does not exist raises the door's own error classes."""
+    with pytest.raises(JobNotFound):
+        door.job(999_999)
+    with pytest.raises(NodeNotFound):
+        door.node("node99")
