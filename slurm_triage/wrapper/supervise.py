@@ -85,7 +85,8 @@ def exit_like(child: ChildExit) -> int:
     sig = child.signal_number
     # The child already dumped core if it was going to; the wrapper must not add its own.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-    signal.signal(sig, signal.SIG_DFL)
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):  # these cannot have handlers
+        signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
     os.kill(os.getpid(), sig)
     # Only signals whose default action is to ignore (SIGCHLD, SIGURG, ...) get here.

@@ -1,0 +1,157 @@
+"""Config: typed frozen sections, one-line errors naming the key and the valid choices."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_triage.config import Config, ConfigError, config_from_mapping, load_config, to_toml
+
+
+def test_defaults_when_default_file_missing(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no named file and no default file, every value is the built-in default."""
+    import slurm_triage.config as config_module
+
+    monkeypatch.setattr(config_module, "DEFAULT_CONFIG_PATH", tmp_path / "missing.toml")
+    config = load_config(env={})
+    assert config == Config()
+    assert config.source == "<defaults>"
+
+
+def test_file_values_are_typed_and_frozen(tmp_path: Path) -> None:
+    """Values from TOML land in frozen dataclasses with their declared types."""
+    path = tmp_path / "c.toml"
+    path.write_text('[slurm]\ntimeout_s = 3\nbackend = "cli"\n[logging]\nlevel = "debug"\n')
+    config = load_config(path, env={})
+    assert config.slurm.timeout_s == 3.0 and isinstance(config.slurm.timeout_s, float)
+    assert config.slurm.backend == "cli"
+    assert config.logging.level == "debug"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.slurm.timeout_s = 5  # type: ignore[misc]
+
+
+def test_unknown_key_lists_valid_keys() -> None:
+    """An unknown key is an error naming it and every valid key of its section."""
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping({"slurm": {"timeout": 3}})
+    message = str(err.value)
+    assert "slurm.timeout" in message and "timeout_s" in message and "backend" in message
+    assert "\n" not in message
+
+
+def test_unknown_section_lists_valid_sections() -> None:
+    """An unknown section is an error listing the valid sections."""
+    with pytest.raises(ConfigError, match=r"\[slurmm\].*logging, slurm, paths"):
+        config_from_mapping({"slurmm": {}})
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        ({"slurm": {"backend": "rest"}}, r"slurm.backend = 'rest'.*'auto', 'cli', 'pyslurm'"),
+        ({"slurm": {"timeout_s": "ten"}}, r"slurm.timeout_s = 'ten'.*a number"),
+        ({"slurm": {"timeout_s": 0}}, r"slurm.timeout_s = 0.*>= 0.1"),
+        ({"slurm": {"attempts": 2.5}}, r"slurm.attempts.*an integer"),
+        ({"slurm": {"attempts": True}}, r"slurm.attempts.*an integer"),
+        ({"logging": {"level": "loud"}}, r"logging.level.*'debug'"),
+        ({"logging": "x"}, r"\[logging\] must be a table"),
+    ],
+)
+def test_bad_values_name_key_and_choices(data: dict, pattern: str) -> None:
+    """A bad value's error names the key, the value and what is accepted, on one line."""
+    with pytest.raises(ConfigError, match=pattern) as err:
+        config_from_mapping(data)
+    assert "\n" not in str(err.value)
+
+
+def test_env_overrides_beat_the_file(tmp_path: Path) -> None:
+    """SLURM_TRIAGE__SECTION__KEY overrides the file, parsed to the key's type."""
+    path = tmp_path / "c.toml"
+    path.write_text("[slurm]\ntimeout_s = 3\n")
+    config = load_config(path, env={"SLURM_TRIAGE__SLURM__TIMEOUT_S": "7.5",
+                                    "SLURM_TRIAGE__SLURM__ATTEMPTS": "1"})
+    assert (config.slurm.timeout_s, config.slurm.attempts) == (7.5, 1)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "pattern"),
+    [
+        ("SLURM_TRIAGE__SLURM__TIMEOUT_S", "soon", "slurm.timeout_s"),
+        ("SLURM_TRIAGE__SLURM__NOPE", "1", "unknown key slurm.nope"),
+        ("SLURM_TRIAGE__BOGUS__X", "1", "bad override SLURM_TRIAGE__BOGUS__X"),
+    ],
+)
+def test_bad_env_overrides_are_errors(var: str, value: str, pattern: str) -> None:
+    """A malformed or unknown override is rejected, never silently ignored."""
+    with pytest.raises(ConfigError, match=pattern):
+        config_from_mapping({}, {var: value})
+
+
+def test_explicitly_named_missing_file_is_an_error(tmp_path: Path) -> None:
+    """SLURM_TRIAGE_CONFIG naming a missing file fails instead of falling back to defaults."""
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(env={"SLURM_TRIAGE_CONFIG": str(tmp_path / "nope.toml")})
+
+
+def test_invalid_toml_is_one_line(tmp_path: Path) -> None:
+    """A TOML syntax error names the file and stays on one line."""
+    path = tmp_path / "bad.toml"
+    path.write_text("[slurm\ntimeout_s = \n")
+    with pytest.raises(ConfigError, match="invalid TOML") as err:
+        load_config(path, env={})
+    assert "\n" not in str(err.value)
+
+
+def test_to_toml_round_trips(tmp_path: Path) -> None:
+    """`config show` output loads back to an equal config."""
+    config = config_from_mapping({"slurm": {"timeout_s": 4, "bin_dir": 'a"b\\c'},
+                                  "logging": {"format": "json"}})
+    path = tmp_path / "round.toml"
+    path.write_text(to_toml(config))
+    assert load_config(path, env={}) == config
+
+
+def _cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "slurm_triage", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_config_check_good_and_bad(tmp_path: Path) -> None:
+    """`config check` says ok for a good file; a bad one gives one stderr line and exit 2."""
+    good = tmp_path / "good.toml"
+    good.write_text('[paths]\nevidence_dir = "/tmp/e"\n')
+    result = _cli("config", "check", str(good))
+    assert result.returncode == 0 and "ok" in result.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[slurm]\nbackend = 'rest'\n")
+    result = _cli("config", "check", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "slurm.backend" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_config_show_with_broken_config_exits_2(tmp_path: Path) -> None:
+    """`config show` under a broken SLURM_TRIAGE_CONFIG fails with exit 2, one line."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[paths]\nspool = 1\n")
+    result = _cli("config", "show", env_extra={"SLURM_TRIAGE_CONFIG": str(bad)})
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "paths.spool" in result.stderr
+
+
+def test_config_show_prints_effective_values(tmp_path: Path) -> None:
+    """`config show` reflects the file and the env overrides."""
+    path = tmp_path / "c.toml"
+    path.write_text("[slurm]\nattempts = 5\n")
+    result = _cli("--config", str(path), "config", "show",
+                  env_extra={"SLURM_TRIAGE__SLURM__TIMEOUT_S": "2"})
+    assert result.returncode == 0
+    assert "attempts = 5" in result.stdout and "timeout_s = 2.0" in result.stdout
