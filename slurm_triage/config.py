@@ -15,6 +15,7 @@ import dataclasses
 import os
 import tomllib
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +45,15 @@ class LoggingConfig:
     destination: Literal["stderr", "file", "syslog"] = "stderr"
     file: str = "/var/log/slurm-triage/slurm-triage.log"
     syslog_facility: Literal[
-        "user", "daemon", "local0", "local1", "local2", "local3", "local4", "local5", "local6",
+        "user",
+        "daemon",
+        "local0",
+        "local1",
+        "local2",
+        "local3",
+        "local4",
+        "local5",
+        "local6",
         "local7",
     ] = "daemon"
 
@@ -159,8 +168,7 @@ def _build_section(section: str, cls: type, values: dict[str, Any], from_env: se
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(
-            f"unknown key {section}.{unknown[0]}; valid keys in [{section}]: "
-            + ", ".join(fields)
+            f"unknown key {section}.{unknown[0]}; valid keys in [{section}]: " + ", ".join(fields)
         )
     kwargs = {}
     for key, value in values.items():
@@ -205,10 +213,9 @@ def config_from_mapping(
     return Config(**sections, source=source)
 
 
-def config_path(env: dict[str, str] | None = None) -> tuple[Path, bool]:
+def config_path(env: Mapping[str, str] | None = None) -> tuple[Path, bool]:
     """The file to read, and whether it was named explicitly (so must exist)."""
-    env = os.environ if env is None else env
-    named = env.get(CONFIG_ENV, "").strip()
+    named = (os.environ if env is None else env).get(CONFIG_ENV, "").strip()
     return (Path(named), True) if named else (DEFAULT_CONFIG_PATH, False)
 
 
@@ -231,9 +238,7 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def load_config(
-    path: Path | None = None, env: dict[str, str] | None = None
-) -> Config:
+def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> Config:
     """Load the effective config: the named or default file, then env overrides."""
     env = dict(os.environ) if env is None else env
     explicit = path is not None
@@ -263,4 +268,3 @@ def _toml_value(value: Any) -> str:
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
-

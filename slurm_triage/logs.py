@@ -17,11 +17,20 @@ import structlog
 
 from slurm_triage.config import LoggingConfig
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
-_SYSLOG_PRIORITY = {"debug": syslog.LOG_DEBUG, "info": syslog.LOG_INFO,
-                    "warning": syslog.LOG_WARNING, "error": syslog.LOG_ERR,
-                    "critical": syslog.LOG_CRIT, "exception": syslog.LOG_ERR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+_SYSLOG_PRIORITY = {
+    "debug": syslog.LOG_DEBUG,
+    "info": syslog.LOG_INFO,
+    "warning": syslog.LOG_WARNING,
+    "error": syslog.LOG_ERR,
+    "critical": syslog.LOG_CRIT,
+    "exception": syslog.LOG_ERR,
+}
 
 
 class SyslogLogger:
@@ -55,8 +64,9 @@ def _open_log_file(path: str) -> TextIO:
     return open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives for the process)
 
 
-def setup_logging(config: LoggingConfig, program: str = "slurm-triage",
-                  stream: TextIO | None = None) -> None:
+def setup_logging(
+    config: LoggingConfig, program: str = "slurm-triage", stream: TextIO | None = None
+) -> None:
     """Configure structlog for this process; falls back to stderr if the file can't be opened."""
     stream = stream or sys.stderr
     fallback_reason = None
@@ -73,9 +83,7 @@ def setup_logging(config: LoggingConfig, program: str = "slurm-triage",
         use_json = config.format != "console"
     else:
         factory = structlog.PrintLoggerFactory(file=stream)
-        use_json = config.format == "json" or (
-            config.format == "auto" and not _isatty(stream)
-        )
+        use_json = config.format == "json" or (config.format == "auto" and not _isatty(stream))
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

@@ -11,20 +11,23 @@ from slurm_triage.config import load_config, to_toml
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "config", help="show the effective configuration or check a config file",
+        "config",
+        help="show the effective configuration or check a config file",
         description="Show the effective configuration, or validate a config file before "
         "deploying it to the nodes.",
     )
     actions = parser.add_subparsers(dest="config_action", metavar="ACTION")
     actions.required = True
     show = actions.add_parser(
-        "show", help="print the effective configuration (defaults, file, env) as TOML",
+        "show",
+        help="print the effective configuration (defaults, file, env) as TOML",
         description="Print the configuration this host would use, as TOML: built-in "
         "defaults, then the config file, then SLURM_TRIAGE__SECTION__KEY overrides.",
     )
     show.set_defaults(handler=_show)
     check = actions.add_parser(
-        "check", help="validate a config file; exit 0 if good, 2 with the reason if not",
+        "check",
+        help="validate a config file; exit 0 if good, 2 with the reason if not",
         description="Validate FILE: TOML syntax, known sections and keys, value types and "
         "ranges. Prints 'FILE: ok' or one line naming the bad key and what it accepts.",
     )

@@ -8,7 +8,8 @@ from typing import Any
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "devcluster", help="run a real 3-node Slurm cluster on this host (tests, demos)",
+        "devcluster",
+        help="run a real 3-node Slurm cluster on this host (tests, demos)",
         description="Start slurmctld, slurmdbd (MariaDB) and three slurmd (node1..node3, "
         "8 fake GPUs each) on this one host, with slurm-triage wired in as Prolog, Epilog, "
         "EpilogSlurmctld and HealthCheckProgram. Installs Debian's slurm-wlm, slurmdbd, "
@@ -19,15 +20,23 @@ def register(sub: Any) -> None:
     actions = parser.add_subparsers(dest="devcluster_action", metavar="ACTION")
     actions.required = True
     up = actions.add_parser("up", help="bring the cluster up (idempotent)")
-    up.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                    help="give up after this long (default 60)")
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up after this long (default 60)",
+    )
     up.set_defaults(handler=_up)
-    actions.add_parser("down", help="stop every daemon and remove the state directory"
-                       ).set_defaults(handler=_down)
-    actions.add_parser("status", help="which daemons run; exit 1 if any is down"
-                       ).set_defaults(handler=_status)
-    actions.add_parser("env", help="print the shell exports that point Slurm clients at it"
-                       ).set_defaults(handler=_env)
+    actions.add_parser(
+        "down", help="stop every daemon and remove the state directory"
+    ).set_defaults(handler=_down)
+    actions.add_parser("status", help="which daemons run; exit 1 if any is down").set_defaults(
+        handler=_status
+    )
+    actions.add_parser(
+        "env", help="print the shell exports that point Slurm clients at it"
+    ).set_defaults(handler=_env)
 
 
 def _up(args: argparse.Namespace, context: Any) -> int:

@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"slurm-triage {__version__}")
     parser.add_argument(
-        "--config", type=Path, metavar="FILE",
+        "--config",
+        type=Path,
+        metavar="FILE",
         help="config file to use instead of $SLURM_TRIAGE_CONFIG or the default",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")

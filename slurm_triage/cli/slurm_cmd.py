@@ -12,13 +12,17 @@ from slurm_triage.errors import TriageError
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "slurm", help="read jobs and nodes, requeue, exclude, drain and resume through Slurm",
+        "slurm",
+        help="read jobs and nodes, requeue, exclude, drain and resume through Slurm",
         description="The operations slurm-triage performs on Slurm, by hand. They go through "
         "the same door as the epilog (scontrol/sinfo/sacct, or pyslurm where it matches the "
         "running Slurm), with the same deadline and retries.",
     )
-    parser.add_argument("--backend", choices=("auto", "cli", "pyslurm"),
-                        help="override slurm.backend from the config")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "cli", "pyslurm"),
+        help="override slurm.backend from the config",
+    )
     ops = parser.add_subparsers(dest="slurm_action", metavar="ACTION")
     ops.required = True
 
@@ -38,11 +42,15 @@ def register(sub: Any) -> None:
     requeue.set_defaults(handler=_requeue)
 
     exclude = ops.add_parser(
-        "exclude", help="add nodes to a pending job's excluded nodes (keeps the user's own)")
+        "exclude", help="add nodes to a pending job's excluded nodes (keeps the user's own)"
+    )
     exclude.add_argument("job_id", type=_job_id, metavar="JOBID")
     exclude.add_argument("nodes", nargs="+", metavar="NODE")
-    exclude.add_argument("--replace", action="store_true",
-                         help="replace the excluded list instead of merging with it")
+    exclude.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the excluded list instead of merging with it",
+    )
     exclude.set_defaults(handler=_exclude)
 
     comment = ops.add_parser("admin-comment", help="set a job's AdminComment")
@@ -79,8 +87,11 @@ def _plain(value: Any) -> Any:
             out["drained"] = value.drained
         return out
     if isinstance(value, frozenset | set | tuple | list):
-        return sorted(_plain(v) for v in value) if isinstance(value, frozenset | set) else [
-            _plain(v) for v in value]
+        return (
+            sorted(_plain(v) for v in value)
+            if isinstance(value, frozenset | set)
+            else [_plain(v) for v in value]
+        )
     return value
 
 
@@ -92,14 +103,19 @@ def _job(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage.slurm import hostlist
 
     rows = [
-        ("job", job.job_id), ("state", job.state.value), ("reason", job.state_reason or "-"),
+        ("job", job.job_id),
+        ("state", job.state.value),
+        ("reason", job.state_reason or "-"),
         ("exit", f"{job.exit_code}:{job.exit_signal}"),
         ("nodes", hostlist.compress(job.nodes) or "-"),
         ("excluded", hostlist.compress(job.excluded_nodes) or "-"),
-        ("restarts", job.restart_count), ("requeue", "yes" if job.requeue else "no"),
-        ("user", job.user), ("partition", job.partition),
+        ("restarts", job.restart_count),
+        ("requeue", "yes" if job.requeue else "no"),
+        ("user", job.user),
+        ("partition", job.partition),
         ("time limit", f"{job.time_limit_min} min" if job.time_limit_min else "unlimited"),
-        ("admin comment", job.admin_comment or "-"), ("source", job.source),
+        ("admin comment", job.admin_comment or "-"),
+        ("source", job.source),
     ]
     for key, value in rows:
         print(f"{key:>14}: {value}")

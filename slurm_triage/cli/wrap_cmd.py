@@ -10,16 +10,22 @@ from slurm_triage.errors import TriageError
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "wrap", help="run a job step's command and exit exactly as it did (srun ... wrap -- CMD)",
+        "wrap",
+        help="run a job step's command and exit exactly as it did (srun ... wrap -- CMD)",
         description="Run CMD as a child in its own process group, forward SIGTERM, SIGINT, "
         "SIGHUP, SIGUSR1, SIGUSR2 and SIGCONT to it, SIGKILL it a grace period after "
         "SIGTERM, and exit with CMD's exit code or die of CMD's signal, so srun and sacct "
         "see what they would have seen without the wrapper. Put it in sbatch scripts as "
         "`srun slurm-triage wrap -- python train.py`.",
     )
-    parser.add_argument("--kill-grace", type=float, default=25.0, metavar="SECONDS",
-                        help="SIGKILL the command this long after SIGTERM (keep it below "
-                        "Slurm's KillWait; default 25)")
+    parser.add_argument(
+        "--kill-grace",
+        type=float,
+        default=25.0,
+        metavar="SECONDS",
+        help="SIGKILL the command this long after SIGTERM (keep it below "
+        "Slurm's KillWait; default 25)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
     parser.set_defaults(handler=_wrap)
 

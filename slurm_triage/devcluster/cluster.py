@@ -46,7 +46,9 @@ def default_layout() -> cf.ClusterLayout:
     root = Path(os.environ.get("SLURM_TRIAGE_DEVCLUSTER_DIR", str(DEFAULT_ROOT)))
     port = int(os.environ.get("SLURM_TRIAGE_DEVCLUSTER_PORT", str(DEFAULT_BASE_PORT)))
     return cf.ClusterLayout(
-        root=root, hostname=socket.gethostname().split(".")[0], base_port=port,
+        root=root,
+        hostname=socket.gethostname().split(".")[0],
+        base_port=port,
         bin_dir=Path(sys.executable).parent,
     )
 
@@ -77,8 +79,10 @@ def ensure_packages() -> None:
         raise DevClusterError("Slurm is not installed and apt-get is not available")
     log.info("devcluster_installing_packages", packages=list(PACKAGES))
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]):
+    for cmd in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+    ):
         result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
@@ -108,8 +112,9 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
-def _wait_until(check: Callable[[], bool], timeout_s: float, what: str,
-                log_file: Path | None = None) -> None:
+def _wait_until(
+    check: Callable[[], bool], timeout_s: float, what: str, log_file: Path | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
@@ -147,8 +152,17 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 def prepare(layout: cf.ClusterLayout) -> None:
     """Create the directory tree, config files, fake GPU devices and hook scripts."""
-    for d in (layout.etc, layout.log, layout.run, layout.spool / "ctld", layout.hooks,
-              layout.gpu_dir, layout.evidence_dir, layout.state_dir, layout.mysql_dir):
+    for d in (
+        layout.etc,
+        layout.log,
+        layout.run,
+        layout.spool / "ctld",
+        layout.hooks,
+        layout.gpu_dir,
+        layout.evidence_dir,
+        layout.state_dir,
+        layout.mysql_dir,
+    ):
         d.mkdir(parents=True, exist_ok=True)
     for name in cf.NODE_NAMES:
         (layout.spool / name).mkdir(exist_ok=True)
@@ -182,42 +196,81 @@ def _start_munge(layout: cf.ClusterLayout) -> None:
     layout.munge_dir.mkdir(exist_ok=True)
     layout.munge_dir.chmod(0o755)
     shutil.chown(layout.munge_dir, "munge", "munge")
-    _run(["runuser", "-u", "munge", "--", _which("munged") or "munged",
-          f"--socket={layout.munge_socket}", f"--pid-file={layout.munge_dir}/munged.pid",
-          f"--log-file={layout.munge_dir}/munged.log", f"--seed-file={layout.munge_dir}/seed",
-          "--num-threads=2"])
-    _wait_until(layout.munge_socket.exists, 10, "munged socket",
-                layout.munge_dir / "munged.log")
+    _run(
+        [
+            "runuser",
+            "-u",
+            "munge",
+            "--",
+            _which("munged") or "munged",
+            f"--socket={layout.munge_socket}",
+            f"--pid-file={layout.munge_dir}/munged.pid",
+            f"--log-file={layout.munge_dir}/munged.log",
+            f"--seed-file={layout.munge_dir}/seed",
+            "--num-threads=2",
+        ]
+    )
+    _wait_until(layout.munge_socket.exists, 10, "munged socket", layout.munge_dir / "munged.log")
 
 
 def _mysql_client(layout: cf.ClusterLayout, sql: str) -> None:
-    _run([_which("mariadb") or "mysql", "--no-defaults", "-uroot",
-          f"--socket={layout.mysql_dir}/mysqld.sock", "-e", sql])
+    _run(
+        [
+            _which("mariadb") or "mysql",
+            "--no-defaults",
+            "-uroot",
+            f"--socket={layout.mysql_dir}/mysqld.sock",
+            "-e",
+            sql,
+        ]
+    )
 
 
 def _start_mariadb(layout: cf.ClusterLayout) -> None:
     datadir = layout.mysql_dir / "data"
     fresh = not (datadir / "mysql").exists()
     if fresh:
-        _run([_which("mariadb-install-db") or "mysql_install_db", "--no-defaults",
-              f"--datadir={datadir}", "--user=root", "--auth-root-authentication-method=socket",
-              "--skip-test-db"], timeout=120)
+        _run(
+            [
+                _which("mariadb-install-db") or "mysql_install_db",
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            timeout=120,
+        )
     sock = layout.mysql_dir / "mysqld.sock"
     log_file = layout.log / "mariadb.log"
     with open(log_file, "ab") as out:
         subprocess.Popen(
-            [_which("mariadbd") or "mariadbd", "--no-defaults", f"--datadir={datadir}",
-             "--user=root", f"--socket={sock}", f"--port={layout.mysql_port}",
-             "--bind-address=127.0.0.1", f"--pid-file={layout.pid_file('mariadbd')}",
-             "--innodb-buffer-pool-size=64M", "--skip-log-bin", "--innodb-log-file-size=16M"],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                _which("mariadbd") or "mariadbd",
+                "--no-defaults",
+                f"--datadir={datadir}",
+                "--user=root",
+                f"--socket={sock}",
+                f"--port={layout.mysql_port}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={layout.pid_file('mariadbd')}",
+                "--innodb-buffer-pool-size=64M",
+                "--skip-log-bin",
+                "--innodb-log-file-size=16M",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
     _wait_until(sock.exists, 30, "MariaDB socket", log_file)
     if fresh:
         user = f"'{cf.DB_USER}'@'127.0.0.1'"
-        _mysql_client(layout, f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY "
-                              f"'{cf.DB_PASSWORD}'; GRANT ALL ON slurm_acct_db.* TO {user};")
+        _mysql_client(
+            layout,
+            f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY "
+            f"'{cf.DB_PASSWORD}'; GRANT ALL ON slurm_acct_db.* TO {user};",
+        )
 
 
 def _port_open(port: int) -> bool:
@@ -226,8 +279,9 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _start_slurm_daemon(layout: cf.ClusterLayout, daemon: str, args: list[str],
-                        pid_file: Path, port: int) -> None:
+def _start_slurm_daemon(
+    layout: cf.ClusterLayout, daemon: str, args: list[str], pid_file: Path, port: int
+) -> None:
     env = dict(os.environ, SLURM_CONF=str(layout.slurm_conf))
     log_file = layout.log / (f"slurmd-{args[-1]}.log" if daemon == "slurmd" else f"{daemon}.log")
     offset = log_file.stat().st_size if log_file.exists() else 0
@@ -268,15 +322,24 @@ def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.Clus
     if "mariadbd" not in running:
         _start_mariadb(layout)
     if "slurmdbd" not in running:
-        _start_slurm_daemon(layout, "slurmdbd", [], layout.pid_file("slurmdbd"),
-                            layout.dbd_port)
+        _start_slurm_daemon(layout, "slurmdbd", [], layout.pid_file("slurmdbd"), layout.dbd_port)
     if "slurmctld" not in running:
-        _start_slurm_daemon(layout, "slurmctld", ["-f", str(layout.slurm_conf)],
-                            layout.pid_file("slurmctld"), layout.ctld_port)
+        _start_slurm_daemon(
+            layout,
+            "slurmctld",
+            ["-f", str(layout.slurm_conf)],
+            layout.pid_file("slurmctld"),
+            layout.ctld_port,
+        )
     for i, node in enumerate(cf.NODE_NAMES):
         if f"slurmd-{node}" not in running:
-            _start_slurm_daemon(layout, "slurmd", ["-f", str(layout.slurm_conf), "-N", node],
-                                layout.pid_file(f"slurmd-{node}"), layout.node_port(i))
+            _start_slurm_daemon(
+                layout,
+                "slurmd",
+                ["-f", str(layout.slurm_conf), "-N", node],
+                layout.pid_file(f"slurmd-{node}"),
+                layout.node_port(i),
+            )
     _wait_for_nodes(layout, timeout_s - (time.monotonic() - started))
     log.info("devcluster_up", root=str(layout.root), seconds=round(time.monotonic() - started, 1))
     return layout
@@ -295,8 +358,9 @@ def _wait_for_nodes(layout: cf.ClusterLayout, timeout_s: float) -> None:
         # A node drained by an earlier test run is still "up"; only unknown/down is not.
         return len(nodes) == len(cf.NODE_NAMES) and all(n.responding for n in nodes)
 
-    _wait_until(nodes_ready, max(timeout_s, 5), "three responding nodes",
-                layout.log / "slurmctld.log")
+    _wait_until(
+        nodes_ready, max(timeout_s, 5), "three responding nodes", layout.log / "slurmctld.log"
+    )
 
 
 def _stop(pid: int | None, name: str, timeout_s: float) -> None:

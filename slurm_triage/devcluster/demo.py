@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_triage.devcluster import cluster
 from slurm_triage.config import LoggingConfig
+from slurm_triage.devcluster import cluster
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import setup_logging
 from slurm_triage.slurm import JobState, open_door
@@ -42,8 +42,14 @@ def main() -> int:
         "#SBATCH --signal=B:USR1@60 -o slurm-%j.out\n"
         f"srun slurm-triage wrap -- {sys.executable} train.py\n"
     )
-    submitted = subprocess.run(["sbatch", "--parsable", str(script)], cwd=workdir, env=env,
-                               capture_output=True, text=True, timeout=30)
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", str(script)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if submitted.returncode != 0:
         raise TriageError(f"sbatch failed: {submitted.stderr.strip()}")
     job_id = int(submitted.stdout.strip().split(";")[0])
@@ -58,8 +64,12 @@ def main() -> int:
     print((workdir / f"slurm-{job_id}.out").read_text(), end="")
     print("== sacct:")
     time.sleep(1)  # slurmctld sends the final record to slurmdbd asynchronously
-    subprocess.run(["sacct", "-j", str(job_id), "-o", "JobID,JobName,State,ExitCode,NodeList"],
-                   env=env, timeout=30, check=False)
+    subprocess.run(
+        ["sacct", "-j", str(job_id), "-o", "JobID,JobName,State,ExitCode,NodeList"],
+        env=env,
+        timeout=30,
+        check=False,
+    )
     print(f"\nThe cluster stays up. Use it:  export SLURM_CONF={layout.slurm_conf}")
     print("Stop it:  slurm-triage devcluster down")
     return 0

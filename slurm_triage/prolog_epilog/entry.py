@@ -69,6 +69,10 @@ def healthcheck_main() -> int:
 
 
 if __name__ == "__main__":
-    roles = {"prolog": prolog_main, "epilog": epilog_main,
-             "epilog-slurmctld": epilog_slurmctld_main, "healthcheck": healthcheck_main}
+    roles = {
+        "prolog": prolog_main,
+        "epilog": epilog_main,
+        "epilog-slurmctld": epilog_slurmctld_main,
+        "healthcheck": healthcheck_main,
+    }
     sys.exit(roles[sys.argv[1]]())

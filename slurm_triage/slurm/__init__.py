@@ -31,18 +31,41 @@ from slurm_triage.slurm.model import JobInfo, JobState, NodeFlag, NodeInfo
 from slurm_triage.slurm.runner import Runner
 
 __all__ = [
-    "BackendMismatch", "CliDoor", "InvalidJobState", "JobInfo", "JobNotFound", "JobState",
-    "NodeFlag", "NodeInfo", "NodeNotFound", "NotRequeueable", "SlurmCommandError", "SlurmDoor",
-    "SlurmError", "SlurmOutputError", "SlurmTimeout", "SlurmUnavailable", "open_door",
+    "BackendMismatch",
+    "CliDoor",
+    "InvalidJobState",
+    "JobInfo",
+    "JobNotFound",
+    "JobState",
+    "NodeFlag",
+    "NodeInfo",
+    "NodeNotFound",
+    "NotRequeueable",
+    "SlurmCommandError",
+    "SlurmDoor",
+    "SlurmError",
+    "SlurmOutputError",
+    "SlurmTimeout",
+    "SlurmUnavailable",
+    "open_door",
 ]
 
 
-def open_door(config: SlurmConfig | None = None, *, env: dict[str, str] | None = None,
-              timeout_s: float | None = None, backend: str | None = None) -> SlurmDoor:
+def open_door(
+    config: SlurmConfig | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+    backend: str | None = None,
+) -> SlurmDoor:
     """The door for this host, per config (`slurm.backend`: auto, cli or pyslurm)."""
     config = config or SlurmConfig()
-    runner = Runner(timeout_s=timeout_s or config.timeout_s, attempts=config.attempts,
-                    retry_wait_s=config.retry_wait_s, env=env)
+    runner = Runner(
+        timeout_s=timeout_s or config.timeout_s,
+        attempts=config.attempts,
+        retry_wait_s=config.retry_wait_s,
+        env=env,
+    )
     cli = CliDoor(runner, bin_dir=config.bin_dir)
     choice = backend or config.backend
     if choice == "cli":

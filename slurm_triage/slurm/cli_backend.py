@@ -54,10 +54,20 @@ class CliDoor(SlurmDoor):
             return self.accounted_job(job_id)
 
     def accounted_job(self, job_id: int) -> JobInfo:
-        result = self._runner.run([
-            "sacct", "-j", str(job_id), "-D", "-X", "-n", "-P",
-            f"--delimiter={parse.SACCT_DELIMITER}", "-o", ",".join(parse.SACCT_FIELDS),
-        ])
+        result = self._runner.run(
+            [
+                "sacct",
+                "-j",
+                str(job_id),
+                "-D",
+                "-X",
+                "-n",
+                "-P",
+                f"--delimiter={parse.SACCT_DELIMITER}",
+                "-o",
+                ",".join(parse.SACCT_FIELDS),
+            ]
+        )
         if not result.stdout.strip():
             raise JobNotFound(f"job {job_id}: not known to slurmctld or accounting")
         return parse.parse_sacct_job(result.stdout, job_id)
@@ -77,8 +87,9 @@ class CliDoor(SlurmDoor):
         self._runner.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
         log.info("job_requeued", job_id=job_id, hold=hold)
 
-    def set_excluded_nodes(self, job_id: int, nodes: Iterable[str], *,
-                           merge: bool = True) -> tuple[str, ...]:
+    def set_excluded_nodes(
+        self, job_id: int, nodes: Iterable[str], *, merge: bool = True
+    ) -> tuple[str, ...]:
         wanted = list(dict.fromkeys(nodes))
         if merge:
             current = self.job(job_id).excluded_nodes
@@ -97,8 +108,9 @@ class CliDoor(SlurmDoor):
         reason = " ".join(reason.split())[:MAX_REASON_CHARS]
         if not reason:
             raise SlurmCommandError("a drain needs a reason")
-        self._runner.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
-                          f"Reason={reason}"])
+        self._runner.run(
+            ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"]
+        )
         log.info("node_drained", node=node, reason=reason)
 
     def resume(self, node: str) -> None:

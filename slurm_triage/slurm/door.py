@@ -39,8 +39,9 @@ class SlurmDoor(abc.ABC):
         """Requeue a running or just-ended batch job; held jobs wait for `scontrol release`."""
 
     @abc.abstractmethod
-    def set_excluded_nodes(self, job_id: int, nodes: Iterable[str], *,
-                           merge: bool = True) -> tuple[str, ...]:
+    def set_excluded_nodes(
+        self, job_id: int, nodes: Iterable[str], *, merge: bool = True
+    ) -> tuple[str, ...]:
         """Set a pending job's ExcNodeList; with merge, keep what is already excluded (the
         user's own --exclude). Returns the resulting list."""
 

@@ -15,7 +15,9 @@ class HostlistError(ValueError):
 
 
 def _split_top_level(expression: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in expression:
         if char == "[":
             depth += 1

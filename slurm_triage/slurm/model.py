@@ -51,18 +51,45 @@ class JobState(enum.StrEnum):
 
 
 _SHORT_CODES = {
-    "PD": "PENDING", "CF": "CONFIGURING", "R": "RUNNING", "S": "SUSPENDED",
-    "CG": "COMPLETING", "CD": "COMPLETED", "CA": "CANCELLED", "F": "FAILED",
-    "TO": "TIMEOUT", "NF": "NODE_FAIL", "PR": "PREEMPTED", "BF": "BOOT_FAIL",
-    "DL": "DEADLINE", "OOM": "OUT_OF_MEMORY", "RQ": "REQUEUED", "RH": "REQUEUE_HOLD",
-    "RF": "REQUEUE_FED", "RS": "RESIZING", "RV": "REVOKED", "SI": "SIGNALING",
-    "SE": "SPECIAL_EXIT", "SO": "STAGE_OUT", "ST": "STOPPED",
+    "PD": "PENDING",
+    "CF": "CONFIGURING",
+    "R": "RUNNING",
+    "S": "SUSPENDED",
+    "CG": "COMPLETING",
+    "CD": "COMPLETED",
+    "CA": "CANCELLED",
+    "F": "FAILED",
+    "TO": "TIMEOUT",
+    "NF": "NODE_FAIL",
+    "PR": "PREEMPTED",
+    "BF": "BOOT_FAIL",
+    "DL": "DEADLINE",
+    "OOM": "OUT_OF_MEMORY",
+    "RQ": "REQUEUED",
+    "RH": "REQUEUE_HOLD",
+    "RF": "REQUEUE_FED",
+    "RS": "RESIZING",
+    "RV": "REVOKED",
+    "SI": "SIGNALING",
+    "SE": "SPECIAL_EXIT",
+    "SO": "STAGE_OUT",
+    "ST": "STOPPED",
 }
-_FINISHED = frozenset({
-    JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.TIMEOUT,
-    JobState.NODE_FAIL, JobState.PREEMPTED, JobState.BOOT_FAIL, JobState.DEADLINE,
-    JobState.OUT_OF_MEMORY, JobState.REVOKED, JobState.SPECIAL_EXIT,
-})
+_FINISHED = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.CANCELLED,
+        JobState.FAILED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.PREEMPTED,
+        JobState.BOOT_FAIL,
+        JobState.DEADLINE,
+        JobState.OUT_OF_MEMORY,
+        JobState.REVOKED,
+        JobState.SPECIAL_EXIT,
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,36 @@ MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
 # In `scontrol show job` (multi-line form) each of these ends its line and may contain
 # spaces and '=' (they are user-controlled), so the rest of the line is its value.
-_FREE_TEXT_KEYS = frozenset({
-    "JobName", "Command", "WorkDir", "AdminComment", "Comment", "StdErr", "StdIn", "StdOut",
-    "SystemComment",
-})
+_FREE_TEXT_KEYS = frozenset(
+    {
+        "JobName",
+        "Command",
+        "WorkDir",
+        "AdminComment",
+        "Comment",
+        "StdErr",
+        "StdIn",
+        "StdOut",
+        "SystemComment",
+    }
+)
 _KEY_AT = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
 # `sacct --delimiter` value: ASCII unit separator, which job names and comments lack.
 SACCT_DELIMITER = "\x1f"
-SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList", "User", "UID", "Partition", "NNodes",
-                "Timelimit", "Flags", "Comment", "AdminComment")
+SACCT_FIELDS = (
+    "JobID",
+    "State",
+    "ExitCode",
+    "NodeList",
+    "User",
+    "UID",
+    "Partition",
+    "NNodes",
+    "Timelimit",
+    "Flags",
+    "Comment",
+    "AdminComment",
+)
 
 
 def parse_key_values(text: str) -> dict[str, str]:
@@ -38,9 +59,12 @@ def parse_key_values(text: str) -> dict[str, str]:
         matches = list(_KEY_AT.finditer(line))
         for i, match in enumerate(matches):
             key = match.group(1)
-            end = len(line) if key in _FREE_TEXT_KEYS else (
-                matches[i + 1].start() if i + 1 < len(matches) else len(line))
-            fields.setdefault(key, line[match.end():end].strip())
+            end = (
+                len(line)
+                if key in _FREE_TEXT_KEYS
+                else (matches[i + 1].start() if i + 1 < len(matches) else len(line))
+            )
+            fields.setdefault(key, line[match.end() : end].strip())
             if key in _FREE_TEXT_KEYS:
                 break
     return fields
@@ -81,8 +105,11 @@ def parse_time_limit_min(text: str | None) -> int | None:
         hours, minutes, seconds = hms[0], hms[1], hms[2]
     else:
         parts = [int(p) for p in value.split(":")]
-        hours, minutes, seconds = ([0] * (3 - len(parts)) + parts) if len(parts) == 3 else (
-            0, parts[0], parts[1] if len(parts) == 2 else 0)
+        hours, minutes, seconds = (
+            ([0] * (3 - len(parts)) + parts)
+            if len(parts) == 3
+            else (0, parts[0], parts[1] if len(parts) == 2 else 0)
+        )
     return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
 
 
@@ -140,8 +167,11 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
 def parse_sacct_job(text: str, job_id: int) -> JobInfo:
     """A finished job from `sacct -D -X -n -P --delimiter=US -o SACCT_FIELDS`: the last row is
     the current run, earlier REQUEUED rows count its restarts."""
-    rows = [line.split(SACCT_DELIMITER, len(SACCT_FIELDS) - 1)
-            for line in text.splitlines() if line.strip()]
+    rows = [
+        line.split(SACCT_DELIMITER, len(SACCT_FIELDS) - 1)
+        for line in text.splitlines()
+        if line.strip()
+    ]
     rows = [r for r in rows if len(r) == len(SACCT_FIELDS) and r[0].strip() == str(job_id)]
     if not rows:
         raise SlurmOutputError(f"sacct: no record for job {job_id}")

@@ -146,8 +146,9 @@ class PyslurmDoor(SlurmDoor):
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._call("requeue", lambda: self._ps.Job(job_id).requeue(hold=hold))
 
-    def set_excluded_nodes(self, job_id: int, nodes: Iterable[str], *,
-                           merge: bool = True) -> tuple[str, ...]:
+    def set_excluded_nodes(
+        self, job_id: int, nodes: Iterable[str], *, merge: bool = True
+    ) -> tuple[str, ...]:
         wanted = list(dict.fromkeys(nodes))
         if merge:
             wanted = list(dict.fromkeys([*self.job(job_id).excluded_nodes, *wanted]))
@@ -174,6 +175,11 @@ class PyslurmDoor(SlurmDoor):
 def _node(raw: Any) -> NodeInfo:
     # pyslurm renders the state like scontrol: "IDLE+DRAIN".
     base, *flags = str(raw.state or "UNKNOWN").upper().split("+")
-    return NodeInfo(name=raw.name, state=base, flags=frozenset(flags),
-                    reason=raw.reason or "", reason_user=getattr(raw, "reason_user", "") or "",
-                    reason_time=getattr(raw, "reason_time", None))
+    return NodeInfo(
+        name=raw.name,
+        state=base,
+        flags=frozenset(flags),
+        reason=raw.reason or "",
+        reason_user=getattr(raw, "reason_user", "") or "",
+        reason_time=getattr(raw, "reason_time", None),
+    )

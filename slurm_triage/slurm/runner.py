@@ -7,6 +7,7 @@ deadline passes, so even a grandchild holding our pipes cannot keep us waiting.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -28,20 +29,35 @@ from slurm_triage.slurm.errors import (
 )
 
 # stderr text of Slurm 22.05+ clients mapped to our error classes; first match wins.
-_ERROR_PATTERNS: tuple[tuple[re.Pattern[str], type[SlurmCommandError] | type[SlurmUnavailable]],
-                       ...] = (
+_ERROR_PATTERNS: tuple[
+    tuple[re.Pattern[str], type[SlurmCommandError] | type[SlurmUnavailable]], ...
+] = (
     (re.compile(r"Invalid job id|Invalid job array|job id .* not found", re.I), JobNotFound),
     (re.compile(r"Invalid node name|Node .* not found", re.I), NodeNotFound),
-    (re.compile(r"Requested operation is presently disabled|Only batch jobs", re.I),
-     NotRequeueable),
-    (re.compile(r"already finished|already completing|Job is pending execution|"
-                r"Job/step already completing|Requested operation not supported on this job "
-                r"state", re.I), InvalidJobState),
-    (re.compile(r"Unable to contact slurm controller|Socket timed out|Connection refused|"
-                r"Zero Bytes were transmitted|Communication connection failure|"
-                r"Unable to establish Slurm connection|Slurm backup controller in standby|"
-                r"slurmdbd: Connection|Transport endpoint is not connected|"
-                r"Could not establish a configuration source", re.I), SlurmUnavailable),
+    (
+        re.compile(r"Requested operation is presently disabled|Only batch jobs", re.I),
+        NotRequeueable,
+    ),
+    (
+        re.compile(
+            r"already finished|already completing|Job is pending execution|"
+            r"Job/step already completing|Requested operation not supported on this job "
+            r"state",
+            re.I,
+        ),
+        InvalidJobState,
+    ),
+    (
+        re.compile(
+            r"Unable to contact slurm controller|Socket timed out|Connection refused|"
+            r"Zero Bytes were transmitted|Communication connection failure|"
+            r"Unable to establish Slurm connection|Slurm backup controller in standby|"
+            r"slurmdbd: Connection|Transport endpoint is not connected|"
+            r"Could not establish a configuration source",
+            re.I,
+        ),
+        SlurmUnavailable,
+    ),
 )
 
 
@@ -92,8 +108,9 @@ class Runner:
         )
         return retrying(self._attempt, command, remaining, check)
 
-    def _attempt(self, command: list[str], remaining: Callable[[], float],
-                 check: bool) -> CommandResult:
+    def _attempt(
+        self, command: list[str], remaining: Callable[[], float], check: bool
+    ) -> CommandResult:
         budget = remaining()
         if budget <= 0:
             raise SlurmTimeout(f"{_show(command)}: no time left within {self.timeout_s:g}s")
@@ -121,14 +138,19 @@ def classify_failure(result: CommandResult) -> SlurmCommandError | SlurmUnavaila
     return SlurmCommandError(f"{_show(result.argv)} failed (rc {result.returncode}): {first}")
 
 
-def run_bounded(command: Sequence[str], timeout_s: float,
-                env: dict[str, str] | None) -> CommandResult | None:
+def run_bounded(
+    command: Sequence[str], timeout_s: float, env: dict[str, str] | None
+) -> CommandResult | None:
     """Run a command in its own process group; None if it outlived timeout_s (group killed)."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            list(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=env, start_new_session=True,
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
         )
     except FileNotFoundError:
         raise SlurmUnavailable(f"{command[0]}: command not found (is Slurm installed?)") from None
@@ -140,22 +162,20 @@ def run_bounded(command: Sequence[str], timeout_s: float,
         _kill_group(proc)
         return None
     return CommandResult(
-        argv=tuple(command), returncode=proc.returncode,
-        stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+        argv=tuple(command),
+        returncode=proc.returncode,
+        stdout=out.decode("utf-8", "replace"),
+        stderr=err.decode("utf-8", "replace"),
         seconds=time.monotonic() - started,
     )
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     # Our pipes may still be held by a process that escaped the group; don't wait on them.
     for pipe in (proc.stdout, proc.stderr):
         if pipe:
             pipe.close()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=2)
-    except subprocess.TimeoutExpired:
-        pass

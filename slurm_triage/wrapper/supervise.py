@@ -8,6 +8,7 @@ after a SIGTERM the group gets SIGKILL once the grace period (< Slurm's KillWait
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -16,8 +17,14 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1,
-                     signal.SIGUSR2, signal.SIGCONT)
+FORWARDED_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCONT,
+)
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ class Supervisor:
         _signal_group(child.pid, signum)
         if signum == signal.SIGTERM and self._kill_timer is None:
             self._kill_timer = threading.Timer(
-                self._grace_s, _signal_group, args=(child.pid, signal.SIGKILL))
+                self._grace_s, _signal_group, args=(child.pid, signal.SIGKILL)
+            )
             self._kill_timer.daemon = True
             self._kill_timer.start()
 
@@ -72,10 +80,8 @@ class Supervisor:
 
 
 def _signal_group(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def exit_like(child: ChildExit) -> int:

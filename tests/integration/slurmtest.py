@@ -21,24 +21,31 @@ def sbatch(layout: ClusterLayout, *args: str, workdir: str = "/tmp") -> int:
     """Submit a batch job; returns its id."""
     result = subprocess.run(
         ["sbatch", "--parsable", f"--chdir={workdir}", *args],
-        env=env(layout), capture_output=True, text=True, timeout=30, check=True,
+        env=env(layout),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
     return int(result.stdout.strip().split(";")[0])
 
 
 def scontrol(layout: ClusterLayout, *args: str) -> str:
-    result = subprocess.run(["scontrol", *args], env=env(layout), capture_output=True,
-                            text=True, timeout=30, check=True)
+    result = subprocess.run(
+        ["scontrol", *args], env=env(layout), capture_output=True, text=True, timeout=30, check=True
+    )
     return result.stdout
 
 
 def scancel(layout: ClusterLayout, job_id: int) -> None:
-    subprocess.run(["scancel", str(job_id)], env=env(layout), capture_output=True, timeout=30,
-                   check=True)
+    subprocess.run(
+        ["scancel", str(job_id)], env=env(layout), capture_output=True, timeout=30, check=True
+    )
 
 
-def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str,
-             interval_s: float = 0.25) -> T:
+def wait_for(
+    probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25
+) -> T:
     """Poll probe until it returns a truthy value; fail the test with `what` on timeout."""
     deadline = time.monotonic() + timeout_s
     last: T | None = None

@@ -31,11 +31,22 @@ def _state(door: SlurmDoor, job_id: int) -> JobState:
 
 def test_reads_running_job_fields(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
     """A running job reads back with its state, nodes, requeue flag, user's exclusions and limit."""
-    job_id = sbatch(devcluster, "--requeue", "-N1", "--exclude=node3", "-t", "30",
-                    "-J", "name JobState=COMPLETED", "--wrap", "sleep 60")
+    job_id = sbatch(
+        devcluster,
+        "--requeue",
+        "-N1",
+        "--exclude=node3",
+        "-t",
+        "30",
+        "-J",
+        "name JobState=COMPLETED",
+        "--wrap",
+        "sleep 60",
+    )
     try:
-        job = wait_for(lambda: (j := door.job(job_id)).state is JobState.RUNNING and j,
-                       30, "job running")
+        job = wait_for(
+            lambda: (j := door.job(job_id)).state is JobState.RUNNING and j, 30, "job running"
+        )
         assert job.nodes and job.nodes[0] in ("node1", "node2")
         assert job.excluded_nodes == ("node3",)
         assert job.requeue and job.batch
@@ -49,17 +60,22 @@ def test_reads_running_job_fields(door: SlurmDoor, devcluster) -> None:  # type:
 
 def test_requeue_failed_job_runs_again(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
     """A failed --requeue job is requeued: Restarts goes to 1 and it runs a second time."""
-    job_id = sbatch(devcluster, "--requeue", "-N1",
-                    "--wrap", 'echo "run $SLURM_RESTART_COUNT"; exit 3')
-    failed = wait_for(lambda: (j := door.job(job_id)).state is JobState.FAILED and j,
-                      30, "job failed")
+    job_id = sbatch(
+        devcluster, "--requeue", "-N1", "--wrap", 'echo "run $SLURM_RESTART_COUNT"; exit 3'
+    )
+    failed = wait_for(
+        lambda: (j := door.job(job_id)).state is JobState.FAILED and j, 30, "job failed"
+    )
     assert (failed.exit_code, failed.exit_signal) == (3, 0)
     door.requeue(job_id)
     requeued = door.job(job_id)
     assert requeued.restart_count == 1
     assert requeued.state in (JobState.PENDING, JobState.COMPLETING, JobState.REQUEUED)
-    wait_for(lambda: door.job(job_id).state is JobState.FAILED and
-             door.job(job_id).restart_count == 1, 60, "second run to fail")
+    wait_for(
+        lambda: door.job(job_id).state is JobState.FAILED and door.job(job_id).restart_count == 1,
+        60,
+        "second run to fail",
+    )
 
 
 def test_requeue_refused_for_no_requeue_job(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
@@ -75,15 +91,17 @@ def test_exclusion_moves_requeued_job_to_another_node(door: SlurmDoor, devcluste
     --exclude is kept alongside ours."""
     job_id = sbatch(devcluster, "--requeue", "-N1", "--exclude=node3", "--wrap", "sleep 120")
     try:
-        first = wait_for(lambda: (j := door.job(job_id)).state is JobState.RUNNING and j,
-                         30, "first run")
+        first = wait_for(
+            lambda: (j := door.job(job_id)).state is JobState.RUNNING and j, 30, "first run"
+        )
         bad_node = first.nodes[0]
         door.requeue(job_id)
         excluded = door.set_excluded_nodes(job_id, [bad_node])
         assert set(excluded) == {"node3", bad_node}
         assert set(door.job(job_id).excluded_nodes) == {"node3", bad_node}
-        second = wait_for(lambda: (j := door.job(job_id)).state is JobState.RUNNING and j,
-                          60, "second run")
+        second = wait_for(
+            lambda: (j := door.job(job_id)).state is JobState.RUNNING and j, 60, "second run"
+        )
         (good_node,) = {"node1", "node2"} - {bad_node}
         assert second.nodes == (good_node,)
         assert second.restart_count == 1
@@ -106,11 +124,20 @@ def test_drain_and_resume_node(door: SlurmDoor) -> None:
 
 
 def test_admin_comment_round_trip_through_controller_and_accounting(
-        door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
+    door: SlurmDoor, devcluster
+) -> None:  # type: ignore[no-untyped-def]
     """AdminComment written by the door reads back from slurmctld and from sacct."""
-    summary = json.dumps({"triage": {"cause": "gpu_unavailable", "nodes": ["node2"],
-                                     "action": "requeue_exclude", "n": 1}},
-                         separators=(",", ":"))
+    summary = json.dumps(
+        {
+            "triage": {
+                "cause": "gpu_unavailable",
+                "nodes": ["node2"],
+                "action": "requeue_exclude",
+                "n": 1,
+            }
+        },
+        separators=(",", ":"),
+    )
     job_id = sbatch(devcluster, "-N1", "--wrap", "sleep 2")
     wait_for(lambda: _state(door, job_id) is JobState.RUNNING, 30, "job running")
     door.set_admin_comment(job_id, summary)
@@ -119,8 +146,11 @@ def test_admin_comment_round_trip_through_controller_and_accounting(
     # Slurm refuses to change a finished job's AdminComment (sacctmgr would mangle quotes).
     with pytest.raises(InvalidJobState):
         door.set_admin_comment(job_id, "{}")
-    wait_for(lambda: json.loads(door.accounted_job(job_id).admin_comment or "{}")
-             == json.loads(summary), 30, "AdminComment in accounting")
+    wait_for(
+        lambda: json.loads(door.accounted_job(job_id).admin_comment or "{}") == json.loads(summary),
+        30,
+        "AdminComment in accounting",
+    )
     assert door.accounted_job(job_id).source == "sacct"
 
 

@@ -15,8 +15,10 @@ from slurm_triage.cli.main import build_parser
 BIN = Path(sys.executable).parent
 
 
-def _run(argv: list[str], env_extra: dict[str, str] | None = None,
-         ) -> subprocess.CompletedProcess:
+def _run(
+    argv: list[str],
+    env_extra: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
 
@@ -63,23 +65,32 @@ def test_usage_errors_exit_2(argv: list[str]) -> None:
 
 def test_slurm_unreachable_exit_3(tmp_path: Path) -> None:
     """When Slurm's commands are missing, `slurm nodes` says so in one line, exit 3."""
-    result = _run([sys.executable, "-m", "slurm_triage", "slurm", "nodes"],
-                  {"SLURM_TRIAGE__SLURM__BIN_DIR": str(tmp_path),
-                   "SLURM_TRIAGE__SLURM__ATTEMPTS": "1"})
+    result = _run(
+        [sys.executable, "-m", "slurm_triage", "slurm", "nodes"],
+        {"SLURM_TRIAGE__SLURM__BIN_DIR": str(tmp_path), "SLURM_TRIAGE__SLURM__ATTEMPTS": "1"},
+    )
     assert result.returncode == 3
     assert result.stderr.strip().count("\n") == 0 and "command not found" in result.stderr
 
 
-@pytest.mark.parametrize("program", ["slurm-triage-prolog", "slurm-triage-epilog",
-                                     "slurm-triage-epilog-slurmctld",
-                                     "slurm-triage-healthcheck"])
+@pytest.mark.parametrize(
+    "program",
+    [
+        "slurm-triage-prolog",
+        "slurm-triage-epilog",
+        "slurm-triage-epilog-slurmctld",
+        "slurm-triage-healthcheck",
+    ],
+)
 def test_slurm_conf_programs_exit_0_with_a_log_line(program: str, tmp_path: Path) -> None:
     """Each slurm.conf program runs without arguments, exits 0 and logs a JSON line."""
     log = tmp_path / "triage.log"
     config = tmp_path / "c.toml"
     config.write_text(f'[logging]\ndestination = "file"\nfile = "{log}"\n')
-    result = _run([str(BIN / program)], {"SLURM_TRIAGE_CONFIG": str(config),
-                                          "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2"})
+    result = _run(
+        [str(BIN / program)],
+        {"SLURM_TRIAGE_CONFIG": str(config), "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2"},
+    )
     assert result.returncode == 0, result.stderr
     line = json.loads(log.read_text().splitlines()[-1])
     assert line["event"] == "role_done" and line["job_id"] == "42" and line["node"] == "node2"

@@ -12,8 +12,9 @@ import pytest
 from slurm_triage.config import Config, ConfigError, config_from_mapping, load_config, to_toml
 
 
-def test_defaults_when_default_file_missing(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_defaults_when_default_file_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With no named file and no default file, every value is the built-in default."""
     import slurm_triage.config as config_module
 
@@ -73,8 +74,9 @@ def test_env_overrides_beat_the_file(tmp_path: Path) -> None:
     """SLURM_TRIAGE__SECTION__KEY overrides the file, parsed to the key's type."""
     path = tmp_path / "c.toml"
     path.write_text("[slurm]\ntimeout_s = 3\n")
-    config = load_config(path, env={"SLURM_TRIAGE__SLURM__TIMEOUT_S": "7.5",
-                                    "SLURM_TRIAGE__SLURM__ATTEMPTS": "1"})
+    config = load_config(
+        path, env={"SLURM_TRIAGE__SLURM__TIMEOUT_S": "7.5", "SLURM_TRIAGE__SLURM__ATTEMPTS": "1"}
+    )
     assert (config.slurm.timeout_s, config.slurm.attempts) == (7.5, 1)
 
 
@@ -109,8 +111,9 @@ def test_invalid_toml_is_one_line(tmp_path: Path) -> None:
 
 def test_to_toml_round_trips(tmp_path: Path) -> None:
     """`config show` output loads back to an equal config."""
-    config = config_from_mapping({"slurm": {"timeout_s": 4, "bin_dir": 'a"b\\c'},
-                                  "logging": {"format": "json"}})
+    config = config_from_mapping(
+        {"slurm": {"timeout_s": 4, "bin_dir": 'a"b\\c'}, "logging": {"format": "json"}}
+    )
     path = tmp_path / "round.toml"
     path.write_text(to_toml(config))
     assert load_config(path, env={}) == config
@@ -120,8 +123,13 @@ def _cli(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.Comp
     import os
 
     env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "slurm_triage", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_triage", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_config_check_good_and_bad(tmp_path: Path) -> None:
@@ -151,7 +159,8 @@ def test_config_show_prints_effective_values(tmp_path: Path) -> None:
     """`config show` reflects the file and the env overrides."""
     path = tmp_path / "c.toml"
     path.write_text("[slurm]\nattempts = 5\n")
-    result = _cli("--config", str(path), "config", "show",
-                  env_extra={"SLURM_TRIAGE__SLURM__TIMEOUT_S": "2"})
+    result = _cli(
+        "--config", str(path), "config", "show", env_extra={"SLURM_TRIAGE__SLURM__TIMEOUT_S": "2"}
+    )
     assert result.returncode == 0
     assert "attempts = 5" in result.stdout and "timeout_s = 2.0" in result.stdout

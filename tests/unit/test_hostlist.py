@@ -26,8 +26,7 @@ def test_expand(expression: str, names: list[str]) -> None:
     assert expand(expression) == names
 
 
-@pytest.mark.parametrize("bad", ["node[1-", "node]1[", "node[a-b]", "node[5-1]",
-                                 "n[0-99999999]"])
+@pytest.mark.parametrize("bad", ["node[1-", "node]1[", "node[a-b]", "node[5-1]", "n[0-99999999]"])
 def test_bad_expressions_raise(bad: str) -> None:
     """Malformed or absurdly large expressions raise HostlistError."""
     with pytest.raises(HostlistError):
@@ -42,8 +41,10 @@ def test_compress_groups_ranges() -> None:
     assert compress([]) == ""
 
 
-@given(st.sets(st.integers(min_value=0, max_value=500), max_size=60),
-       st.sampled_from(["node", "gpu-a", "r1n"]))
+@given(
+    st.sets(st.integers(min_value=0, max_value=500), max_size=60),
+    st.sampled_from(["node", "gpu-a", "r1n"]),
+)
 def test_compress_then_expand_is_identity(numbers: set[int], prefix: str) -> None:
     """Any set of names survives compress followed by expand."""
     names = {f"{prefix}{n}" for n in numbers}

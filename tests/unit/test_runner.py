@@ -62,13 +62,21 @@ def test_transient_failure_is_retried_with_exact_waits(bin_dir: Path) -> None:
     """'Unable to contact slurm controller' twice, then success: three attempts, waits
     0.5 s then 1.0 s (exponential), taken from the injected sleep."""
     counter = bin_dir / "count"
-    _fake(bin_dir, "scontrol",
-          f'n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}\n'
-          'if [ $n -lt 3 ]; then echo "Unable to contact slurm controller (connect failure)"'
-          ' >&2; exit 1; fi\necho ok')
+    _fake(
+        bin_dir,
+        "scontrol",
+        f"n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}\n"
+        'if [ $n -lt 3 ]; then echo "Unable to contact slurm controller (connect failure)"'
+        " >&2; exit 1; fi\necho ok",
+    )
     waits: list[float] = []
-    runner = Runner(timeout_s=30, attempts=3, retry_wait_s=0.5, sleep=waits.append,
-                    resolve=lambda n: str(bin_dir / n))
+    runner = Runner(
+        timeout_s=30,
+        attempts=3,
+        retry_wait_s=0.5,
+        sleep=waits.append,
+        resolve=lambda n: str(bin_dir / n),
+    )
     assert runner.run(["scontrol", "ping"]).stdout.strip() == "ok"
     assert waits == [0.5, 1.0]
     assert counter.read_text().strip() == "3"
@@ -77,23 +85,31 @@ def test_transient_failure_is_retried_with_exact_waits(bin_dir: Path) -> None:
 def test_retries_are_bounded(bin_dir: Path) -> None:
     """A controller that stays down raises SlurmUnavailable after `attempts` tries."""
     counter = bin_dir / "count"
-    _fake(bin_dir, "scontrol", f"echo x >> {counter}\n"
-          "echo 'Unable to contact slurm controller' >&2; exit 1")
-    runner = Runner(timeout_s=30, attempts=3, sleep=lambda s: None,
-                    resolve=lambda n: str(bin_dir / n))
+    _fake(
+        bin_dir,
+        "scontrol",
+        f"echo x >> {counter}\necho 'Unable to contact slurm controller' >&2; exit 1",
+    )
+    runner = Runner(
+        timeout_s=30, attempts=3, sleep=lambda s: None, resolve=lambda n: str(bin_dir / n)
+    )
     with pytest.raises(SlurmUnavailable):
         runner.run(["scontrol", "ping"])
     assert len(counter.read_text().splitlines()) == 3
 
 
-@pytest.mark.parametrize(("stderr", "error"), [
-    ("slurm_load_jobs error: Invalid job id specified", JobNotFound),
-    ("Requested operation is presently disabled for job 5", NotRequeueable),
-    ("Job has already finished for job 5", InvalidJobState),
-    ("something odd happened", SlurmCommandError),
-])
-def test_definite_errors_are_classified_and_not_retried(bin_dir: Path, stderr: str,
-                                                        error: type) -> None:
+@pytest.mark.parametrize(
+    ("stderr", "error"),
+    [
+        ("slurm_load_jobs error: Invalid job id specified", JobNotFound),
+        ("Requested operation is presently disabled for job 5", NotRequeueable),
+        ("Job has already finished for job 5", InvalidJobState),
+        ("something odd happened", SlurmCommandError),
+    ],
+)
+def test_definite_errors_are_classified_and_not_retried(
+    bin_dir: Path, stderr: str, error: type
+) -> None:
     """Slurm's definite refusals map to our classes at once, without retries."""
     counter = bin_dir / "count"
     _fake(bin_dir, "scontrol", f"echo x >> {counter}\necho '{stderr}' >&2; exit 1")
@@ -114,11 +130,14 @@ def test_missing_command_is_unavailable(tmp_path: Path) -> None:
 def test_cli_door_merges_user_exclusions(bin_dir: Path) -> None:
     """set_excluded_nodes keeps the user's own ExcNodeList and sends the merged hostlist."""
     log = bin_dir / "calls"
-    _fake(bin_dir, "scontrol",
-          f'echo "$@" >> {log}\n'
-          'if [ "$1" = show ]; then printf "JobId=7 JobName=x\\n   JobState=PENDING '
-          'Reason=BeginTime\\n   Requeue=1 Restarts=1 BatchFlag=1 ExitCode=0:0\\n'
-          '   ReqNodeList=(null) ExcNodeList=node[3-4]\\n   NodeList=\\n"; fi')
+    _fake(
+        bin_dir,
+        "scontrol",
+        f'echo "$@" >> {log}\n'
+        'if [ "$1" = show ]; then printf "JobId=7 JobName=x\\n   JobState=PENDING '
+        "Reason=BeginTime\\n   Requeue=1 Restarts=1 BatchFlag=1 ExitCode=0:0\\n"
+        '   ReqNodeList=(null) ExcNodeList=node[3-4]\\n   NodeList=\\n"; fi',
+    )
     door = open_door(SlurmConfig(bin_dir=str(bin_dir), backend="cli"))
     assert door.set_excluded_nodes(7, ["node2", "node3"]) == ("node3", "node4", "node2")
     assert log.read_text().splitlines()[-1] == "update JobId=7 ExcNodeList=node[2-4]"

@@ -86,11 +86,28 @@ def test_sinfo_json_nodes_and_filter() -> None:
 
 def test_sinfo_json_drained_node_and_newer_format() -> None:
     """A drained idle node is IDLE + DRAIN in 22.05's form and in 23.02's list form."""
-    old = {"nodes": [{"name": "n1", "state": "idle", "state_flags": ["DRAIN"],
-                      "reason": "triage: x", "reason_set_by_user": "root",
-                      "reason_changed_at": 5}]}
-    new = {"nodes": [{"name": "n1", "state": ["IDLE", "DRAIN"], "reason": "triage: x",
-                      "reason_changed_at": {"set": True, "number": 5}}]}
+    old = {
+        "nodes": [
+            {
+                "name": "n1",
+                "state": "idle",
+                "state_flags": ["DRAIN"],
+                "reason": "triage: x",
+                "reason_set_by_user": "root",
+                "reason_changed_at": 5,
+            }
+        ]
+    }
+    new = {
+        "nodes": [
+            {
+                "name": "n1",
+                "state": ["IDLE", "DRAIN"],
+                "reason": "triage: x",
+                "reason_changed_at": {"set": True, "number": 5},
+            }
+        ]
+    }
     for doc in (old, new):
         (node,) = parse_sinfo_json(json.dumps(doc))
         assert node.state == "IDLE" and node.drained and node.reason == "triage: x"
@@ -104,9 +121,19 @@ def test_sinfo_garbage_is_our_error(text: str) -> None:
         parse_sinfo_json(text)
 
 
-@pytest.mark.parametrize(("text", "minutes"), [
-    ("UNLIMITED", None), ("30", 30), ("30:30", 31), ("1:00:00", 60), ("2-0", 2880),
-    ("2-1:30", 2970), ("2-01:30:05", 2971), ("00:05:00", 5)])
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [
+        ("UNLIMITED", None),
+        ("30", 30),
+        ("30:30", 31),
+        ("1:00:00", 60),
+        ("2-0", 2880),
+        ("2-1:30", 2970),
+        ("2-01:30:05", 2971),
+        ("00:05:00", 5),
+    ],
+)
 def test_time_limits(text: str, minutes: int | None) -> None:
     """Every Slurm time-limit format converts to minutes (seconds round up)."""
     assert parse_time_limit_min(text) == minutes
@@ -122,9 +149,15 @@ def test_exit_code_and_version() -> None:
         parse_time_limit_min("soon")
 
 
-@pytest.mark.parametrize(("text", "state"), [
-    ("CANCELLED by 0", JobState.CANCELLED), ("NF", JobState.NODE_FAIL),
-    ("out_of_memory", JobState.OUT_OF_MEMORY), ("WEIRD", JobState.UNKNOWN)])
+@pytest.mark.parametrize(
+    ("text", "state"),
+    [
+        ("CANCELLED by 0", JobState.CANCELLED),
+        ("NF", JobState.NODE_FAIL),
+        ("out_of_memory", JobState.OUT_OF_MEMORY),
+        ("WEIRD", JobState.UNKNOWN),
+    ],
+)
 def test_job_state_spellings(text: str, state: JobState) -> None:
     """Slurm's state spellings map onto the closed enum, with UNKNOWN for the rest."""
     assert JobState.parse(text) is state

@@ -19,8 +19,10 @@ def test_exit_code_passes_through(code: int) -> None:
     assert subprocess.run([*WRAP, "sh", "-c", f"exit {code}"], timeout=30).returncode == code
 
 
-@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGABRT, signal.SIGKILL,
-                                 signal.SIGTERM, signal.SIGBUS, signal.SIGFPE])
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGSEGV, signal.SIGABRT, signal.SIGKILL, signal.SIGTERM, signal.SIGBUS, signal.SIGFPE],
+)
 def test_signal_death_passes_through(sig: signal.Signals) -> None:
     """When the child dies of a signal, the wrapper dies of the same signal."""
     result = subprocess.run([*WRAP, "sh", "-c", f"kill -{sig.name[3:]} $$"], timeout=30)
@@ -30,9 +32,11 @@ def test_signal_death_passes_through(sig: signal.Signals) -> None:
 def test_sigusr1_is_forwarded_to_child(tmp_path: Path) -> None:
     """SIGUSR1 sent to the wrapper (Slurm's --signal=B:USR1) reaches the child's handler."""
     marker = tmp_path / "got"
-    child = (f"import signal,sys,time\n"
-             f"signal.signal(signal.SIGUSR1, lambda *a: (open({str(marker)!r},'w').write('1'),"
-             f" sys.exit(0)))\nprint('ready', flush=True)\ntime.sleep(30)\nsys.exit(9)")
+    child = (
+        f"import signal,sys,time\n"
+        f"signal.signal(signal.SIGUSR1, lambda *a: (open({str(marker)!r},'w').write('1'),"
+        f" sys.exit(0)))\nprint('ready', flush=True)\ntime.sleep(30)\nsys.exit(9)"
+    )
     proc = subprocess.Popen([*WRAP, sys.executable, "-c", child], stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
     proc.send_signal(signal.SIGUSR1)
@@ -43,8 +47,21 @@ def test_sigusr1_is_forwarded_to_child(tmp_path: Path) -> None:
 def test_sigterm_then_sigkill_after_grace() -> None:
     """A child that ignores SIGTERM is SIGKILLed after the grace period."""
     child = "trap '' TERM; echo ready; sleep 60"
-    proc = subprocess.Popen([sys.executable, "-m", "slurm_triage", "wrap", "--kill-grace",
-                             "0.5", "--", "sh", "-c", child], stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "slurm_triage",
+            "wrap",
+            "--kill-grace",
+            "0.5",
+            "--",
+            "sh",
+            "-c",
+            child,
+        ],
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -54,7 +71,8 @@ def test_sigterm_then_sigkill_after_grace() -> None:
 
 def test_missing_command_is_one_line_error() -> None:
     """A command that does not exist is a one-line error, exit 2."""
-    result = subprocess.run([*WRAP, "/nonexistent/train.py"], capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(
+        [*WRAP, "/nonexistent/train.py"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
