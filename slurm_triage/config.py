@@ -80,12 +80,54 @@ class PathsConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    """Node health checks (prolog, cron/HealthCheckProgram, `slurm-triage check`).
+
+    Path values may contain `{node}`, replaced by this node's Slurm name, so one file
+    serves a whole cluster (and the simulated estate, where every node has its own tree).
+    """
+
+    # "real": nvidia-ml-py against the driver; "simulated": the fake estate (no GPUs here).
+    nvml: Literal["real", "simulated"] = "real"
+    simulate_root: str = "/var/lib/slurm-triage/simulate"
+    expected_gpus: int = field(default=8, metadata=_range(0, 64))
+    kernel_log: str = "/dev/kmsg"
+    # XIDs and MCE/EDAC lines count when younger than this (the taxonomy's 10 min window).
+    kernel_window_s: float = field(default=600.0, metadata=_range(1, 86400 * 7))
+    # An application XID (13, 31, 43, 45, 68, 109) fails a GPU only when this many distinct
+    # processes hit it on the same GPU within the window (it follows the GPU, not the code).
+    app_xid_repeats: int = field(default=3, metadata=_range(1, 1000))
+    sysfs_root: str = "/sys"
+    ib_ports: tuple[str, ...] = ()  # "mlx5_0:1"; empty: every port found
+    ib_rate_gbps: float = field(default=0.0, metadata=_range(0, 10000))  # 0: rate not checked
+    mounts: tuple[str, ...] = ()
+    mountinfo: str = "/proc/self/mountinfo"
+    mount_timeout_s: float = field(default=2.0, metadata=_range(0.05, 60))
+    min_free_memory_gb: float = field(default=1.0, metadata=_range(0, 100000))
+    scratch_path: str = "/tmp"
+    min_free_disk_gb: float = field(default=1.0, metadata=_range(0, 1000000))
+    max_temperature_c: float = field(default=87.0, metadata=_range(0, 150))
+    check_timeout_s: float = field(default=5.0, metadata=_range(0.05, 300))
+    prolog_deadline_s: float = field(default=10.0, metadata=_range(0.1, 300))
+    # false: report what would be drained/resumed, change nothing in Slurm (dry run).
+    drain: bool = True
+    # Circuit breaker: stop draining for a check that already drained more than this share
+    # of the cluster's nodes (and at least breaker_min_nodes) within breaker_window_s.
+    breaker_max_share: float = field(default=0.1, metadata=_range(0, 1))
+    breaker_min_nodes: int = field(default=2, metadata=_range(0, 100000))
+    breaker_window_s: float = field(default=900.0, metadata=_range(1, 86400 * 7))
+    # node_exporter textfile collector output (e.g. /var/lib/node_exporter/slurm_triage.prom).
+    prometheus_textfile: str = ""
+
+
+@dataclass(frozen=True)
 class Config:
     """The effective configuration of one slurm-triage process."""
 
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     source: str = field(default="<defaults>", compare=False)
 
 

@@ -20,7 +20,9 @@ from slurm_triage.logs import setup_logging
 # Order here is the order in `--help`.
 COMMAND_MODULES = (
     "slurm_triage.cli.config_cmd",
+    "slurm_triage.cli.classify_cmd",
     "slurm_triage.cli.slurm_cmd",
+    "slurm_triage.cli.health_cmd",
     "slurm_triage.cli.wrap_cmd",
     "slurm_triage.cli.devcluster_cmd",
 )

@@ -22,6 +22,7 @@ from pathlib import Path
 from slurm_triage.devcluster import config_files as cf
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import get_logger
+from slurm_triage.simulate.estate import NodeEstate
 
 DEFAULT_ROOT = Path("/var/tmp/slurm-triage-devcluster")
 DEFAULT_BASE_PORT = 16800
@@ -166,6 +167,7 @@ def prepare(layout: cf.ClusterLayout) -> None:
         d.mkdir(parents=True, exist_ok=True)
     for name in cf.NODE_NAMES:
         (layout.spool / name).mkdir(exist_ok=True)
+        NodeEstate(layout.simulate_root, name).ensure()
     # Jobs of any user write evidence here; sticky like /tmp so users can't clobber others.
     layout.evidence_dir.chmod(0o1777)
     for i in range(cf.GPUS_PER_NODE):

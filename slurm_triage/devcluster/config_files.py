@@ -79,6 +79,10 @@ class ClusterLayout:
         return self.root / "evidence"
 
     @property
+    def simulate_root(self) -> Path:
+        return self.root / "simulate"
+
+    @property
     def state_dir(self) -> Path:
         return self.root / "state"
 
@@ -140,7 +144,8 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
+# nohold_on_prolog_fail: a job whose Prolog failed is requeued, not held.
+SchedulerParameters=bf_interval=1,sched_interval=2,nohold_on_prolog_fail
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 SlurmdParameters=config_overrides
@@ -200,6 +205,9 @@ StorageLoc=slurm_acct_db
 
 
 def triage_conf(layout: ClusterLayout) -> str:
+    from slurm_triage.simulate.estate import MOUNTS
+
+    mounts = ", ".join(f'"{layout.simulate_root}/{{node}}/mounts/{m}"' for m in MOUNTS)
     return f"""\
 # slurm-triage config used by the dev cluster's Prolog/Epilog/HealthCheck programs.
 [logging]
@@ -211,6 +219,21 @@ level = "info"
 [paths]
 evidence_dir = "{layout.evidence_dir}"
 state_dir = "{layout.state_dir}"
+
+[health]
+# No GPUs here: NVML, the kernel log, sysfs and mounts come from the simulated estate,
+# one tree per node ({{node}} is replaced by the node's name).
+nvml = "simulated"
+simulate_root = "{layout.simulate_root}"
+expected_gpus = 8
+kernel_log = "{layout.simulate_root}/{{node}}/kern.log"
+sysfs_root = "{layout.simulate_root}/{{node}}/sys"
+mountinfo = "{layout.simulate_root}/{{node}}/mountinfo"
+mounts = [{mounts}]
+ib_ports = ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]
+ib_rate_gbps = 400
+mount_timeout_s = 1.0
+scratch_path = "/tmp"
 """
 
 

@@ -3,7 +3,9 @@
 slurm.conf takes a program without arguments, so each role has its own executable. Slurm
 drains a node when a Prolog or Epilog exits non-zero, so our own trouble (a bad config, a
 crash) is logged and turned into exit 0 here; only a real verdict may exit non-zero.
-Until the health-check and epilog issues land these programs record that they ran.
+The prolog runs the fast health screen and the health check the full one
+(slurm_triage.health_checks.service); the epilogs record that they ran until the epilog
+issue lands.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from slurm_triage.config import ConfigError, LoggingConfig, load_config
+from slurm_triage.config import Config, ConfigError, LoggingConfig, load_config
 from slurm_triage.logs import get_logger, setup_logging
 
 # The SLURM_* variables slurmd/slurmctld pass to these programs that we log as context.
@@ -27,7 +29,7 @@ _CONTEXT_VARS = {
 }
 
 
-def _run_role(role: str, body: Callable[[], int]) -> int:
+def _run_role(role: str, body: Callable[[Config], int]) -> int:
     """Set up config and logging for a role, run it, and never let our own error escape."""
     program = f"slurm-triage-{role}"
     try:
@@ -40,7 +42,7 @@ def _run_role(role: str, body: Callable[[], int]) -> int:
     context = {key: os.environ[var] for var, key in _CONTEXT_VARS.items() if var in os.environ}
     log = get_logger(role=role, **context)
     try:
-        return body()
+        return body(config)
     except Exception as exc:  # our bug must not drain a node
         log.error("role_crashed", error=f"{type(exc).__name__}: {exc}")
         return 0
@@ -48,12 +50,25 @@ def _run_role(role: str, body: Callable[[], int]) -> int:
         log.info("role_done")
 
 
-def _nothing_yet() -> int:
+def _nothing_yet(config: Config) -> int:
     return 0
 
 
+def _prolog(config: Config) -> int:
+    from slurm_triage.health_checks import service
+
+    return service.prolog(config)
+
+
+def _healthcheck(config: Config) -> int:
+    from slurm_triage.health_checks import service
+
+    service.periodic(config)
+    return 0  # slurmd only logs HealthCheckProgram's status; the drain is our own call
+
+
 def prolog_main() -> int:
-    return _run_role("prolog", _nothing_yet)
+    return _run_role("prolog", _prolog)
 
 
 def epilog_main() -> int:
@@ -65,7 +80,7 @@ def epilog_slurmctld_main() -> int:
 
 
 def healthcheck_main() -> int:
-    return _run_role("healthcheck", _nothing_yet)
+    return _run_role("healthcheck", _healthcheck)
 
 
 if __name__ == "__main__":

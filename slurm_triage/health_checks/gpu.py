@@ -1,0 +1,367 @@
+"""Pure evaluation of the `gpu.*` checks over NVML facts (see nvml_facts.py for the reading).
+
+Thresholds and meanings follow shared/reference/signatures.md §2 (NVML): GpuIsLost and
+ResetRequired mean drain now; an uncorrectable ECC error or a failed row remap is high
+severity; a pending remap lets running jobs finish (drain, reset when idle); NotSupported
+is "not applicable" (SKIPPED), never OK or FAIL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slurm_triage.config import HealthConfig
+from slurm_triage.health_checks.nvml_facts import GpuFacts, NvmlFacts
+from slurm_triage.health_checks.result import (
+    Action,
+    CheckResult,
+    Severity,
+    fail,
+    ok,
+    skipped,
+    unknown,
+    warn,
+)
+
+HIGH, LOW = Severity.HIGH, Severity.LOW
+# NVML init errors that mean the node cannot run GPU jobs (signatures.md §2.1).
+_INIT_FAILURES = {
+    "NVMLError_LibraryNotFound": "NVML library not found (driver userspace missing)",
+    "NVMLError_DriverNotLoaded": "NVIDIA kernel driver not loaded",
+    "NVMLError_LibRmVersionMismatch": "NVML library and kernel driver versions differ (reboot)",
+    "NVMLError_NoPermission": "no permission to talk to the NVIDIA driver",
+}
+# nvmlDeviceGpuRecoveryAction_t (signatures.md §2.5) -> what the node needs.
+_RECOVERY = {
+    1: ("GPU reset required", Action.RESET_GPU),
+    2: ("node reboot required", Action.REBOOT),
+    3: ("drain peer-to-peer traffic", Action.DRAIN_NOW),
+    4: ("drain and reset", Action.DRAIN_NOW),
+    5: ("recover the IMEX domain", Action.DRAIN_NOW),
+    6: ("PCIe bus reset required", Action.RESET_GPU),
+    7: ("system reboot required", Action.REBOOT),
+}
+HW_SLOWDOWN_BITS = {0x8: "HwSlowdown", 0x40: "HwThermalSlowdown", 0x80: "HwPowerBrakeSlowdown"}
+
+
+def _label(gpu: GpuFacts, pci_bus_ids: Sequence[str]) -> str:
+    # A lost GPU has no NVML handle; NVML enumerates in PCI order, so sysfs names it.
+    bus = gpu.bus_id or (
+        _nvml_form(pci_bus_ids[gpu.index]) if gpu.index < len(pci_bus_ids) else "?"
+    )
+    return f"GPU{gpu.index} {bus}"
+
+
+def _nvml_form(sysfs_bdf: str) -> str:
+    """sysfs `0000:5d:00.0` -> NVML's `00000000:5D:00.0`, so reasons read the same."""
+    domain, rest = sysfs_bdf.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
+
+
+def _nvml_unusable(check: str, facts: NvmlFacts) -> CheckResult | None:
+    if facts.init_error is None:
+        return None
+    if check == "gpu.count":
+        return None
+    return unknown(check, f"NVML unavailable: {facts.init_error}", error=facts.init_error)
+
+
+def check_count(
+    facts: NvmlFacts, pci_bus_ids: Sequence[str], config: HealthConfig, **_: Any
+) -> CheckResult:
+    """The expected GPUs are visible to NVML and on the PCI bus; NVML init works."""
+    name = "gpu.count"
+    if config.expected_gpus == 0:
+        return skipped(name, "no GPUs expected on this node (health.expected_gpus = 0)")
+    if facts.init_error:
+        reason = _INIT_FAILURES.get(facts.init_error, f"NVML init failed: {facts.init_error}")
+        return fail(
+            name, reason, HIGH, Action.DRAIN_NOW, error=facts.init_error, code=facts.init_error_code
+        )
+    seen, on_bus = len(facts.gpus), len(pci_bus_ids)
+    evidence = {"nvml": seen, "pci": on_bus, "expected": config.expected_gpus}
+    if seen < config.expected_gpus:
+        return fail(
+            name,
+            f"{seen} of {config.expected_gpus} GPUs visible to NVML",
+            HIGH,
+            Action.DRAIN_NOW,
+            **evidence,
+        )
+    if on_bus and on_bus < config.expected_gpus:
+        return fail(
+            name,
+            f"{on_bus} of {config.expected_gpus} GPUs on the PCI bus",
+            HIGH,
+            Action.DRAIN_NOW,
+            **evidence,
+        )
+    if on_bus > seen:
+        return fail(
+            name,
+            f"{on_bus - seen} GPU(s) on the PCI bus invisible to the driver",
+            HIGH,
+            Action.DRAIN_NOW,
+            **evidence,
+        )
+    return ok(name, f"{seen} GPUs", **evidence)
+
+
+def check_lost(facts: NvmlFacts, pci_bus_ids: Sequence[str], **_: Any) -> CheckResult:
+    """No device answers GPU-is-lost or reset-required."""
+    name = "gpu.lost"
+    if (early := _nvml_unusable(name, facts)) is not None:
+        return early
+    for gpu in facts.gpus:
+        if gpu.error == "NVMLError_GpuIsLost":
+            return fail(
+                name,
+                f"{_label(gpu, pci_bus_ids)} GPU is lost (fell off the bus)",
+                HIGH,
+                Action.REBOOT,
+                gpu=gpu.index,
+                error=gpu.error,
+            )
+        if gpu.error == "NVMLError_ResetRequired":
+            return fail(
+                name,
+                f"{_label(gpu, pci_bus_ids)} GPU reset required",
+                HIGH,
+                Action.RESET_GPU,
+                gpu=gpu.index,
+                error=gpu.error,
+            )
+        if gpu.error:
+            return fail(
+                name,
+                f"{_label(gpu, pci_bus_ids)} unusable: {gpu.error}",
+                HIGH,
+                Action.DRAIN_NOW,
+                gpu=gpu.index,
+                error=gpu.error,
+            )
+    return ok(name, f"{len(facts.gpus)} GPUs answer")
+
+
+def _usable(facts: NvmlFacts) -> list[GpuFacts]:
+    return [g for g in facts.gpus if g.error is None]
+
+
+def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckResult:
+    """No uncorrectable ECC since driver load, no new aggregate ones, no pending retirement,
+    and the driver's recovery action (where it has one) is NONE."""
+    name = "gpu.ecc"
+    if (early := _nvml_unusable(name, facts)) is not None:
+        return early
+    gpus = _usable(facts)
+    if all(g.ecc_volatile_uncorrected is None and g.recovery_action is None for g in gpus):
+        return skipped(name, "ECC not supported or disabled on these GPUs")
+    last = previous.get("ecc_aggregate", {})
+    for g in gpus:
+        if g.recovery_action in _RECOVERY:
+            what, action = _RECOVERY[g.recovery_action]
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} recovery action: {what}",
+                HIGH,
+                action,
+                gpu=g.index,
+                recovery_action=g.recovery_action,
+            )
+        if g.ecc_volatile_uncorrected:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} {g.ecc_volatile_uncorrected} uncorrectable ECC errors",
+                HIGH,
+                Action.RESET_GPU,
+                gpu=g.index,
+                volatile=g.ecc_volatile_uncorrected,
+            )
+        before = last.get(str(g.index))
+        if (
+            g.ecc_aggregate_uncorrected
+            and before is not None
+            and g.ecc_aggregate_uncorrected > before
+        ):
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} uncorrectable ECC count rose "
+                f"{before}->{g.ecc_aggregate_uncorrected}",
+                HIGH,
+                Action.RESET_GPU,
+                gpu=g.index,
+            )
+        if g.retired_pages_pending:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} retired pages pending (reset)",
+                LOW,
+                Action.RESET_GPU,
+                gpu=g.index,
+            )
+    historic = [g.index for g in gpus if g.ecc_aggregate_uncorrected]
+    if historic:
+        return warn(name, f"historic uncorrectable ECC errors on GPU(s) {historic}", gpus=historic)
+    return ok(name, "no uncorrectable ECC errors")
+
+
+def check_row_remap(facts: NvmlFacts, **_: Any) -> CheckResult:
+    """Row remapping (Ampere+): a failed remap is an RMA candidate, a pending one needs a
+    reset when the GPU is idle."""
+    name = "gpu.row_remap"
+    if (early := _nvml_unusable(name, facts)) is not None:
+        return early
+    gpus = [g for g in _usable(facts) if g.remap is not None]
+    if not gpus:
+        return skipped(name, "row remapping not supported (pre-Ampere, or MIG active)")
+    for g in gpus:
+        assert g.remap is not None
+        corrected, uncorrected, pending, failed = g.remap
+        if failed:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} row remap failure (RMA)",
+                HIGH,
+                Action.RMA,
+                gpu=g.index,
+                uncorrected_rows=uncorrected,
+            )
+        if pending:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} row remap pending (reset GPU)",
+                LOW,
+                Action.RESET_GPU,
+                gpu=g.index,
+                uncorrected_rows=uncorrected,
+            )
+    return ok(name, "no pending or failed row remaps")
+
+
+def check_nvlink(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckResult:
+    """Every NVLink of every GPU is up; error counters did not rise since the last run."""
+    name = "gpu.nvlink"
+    if (early := _nvml_unusable(name, facts)) is not None:
+        return early
+    gpus = [g for g in _usable(facts) if g.nvlink_up is not None]
+    if not gpus:
+        return skipped(name, "no NVLink on these GPUs")
+    last = previous.get("nvlink_errors", {})
+    for g in gpus:
+        assert g.nvlink_up is not None
+        down = [i for i, up in enumerate(g.nvlink_up) if not up]
+        if down:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} NVLink {down[0]} down",
+                HIGH,
+                Action.RESET_GPU,
+                gpu=g.index,
+                links_down=down,
+            )
+        before = last.get(str(g.index))
+        if before is not None and (g.nvlink_errors or 0) > before:
+            return warn(
+                name, f"GPU{g.index} NVLink errors rose {before}->{g.nvlink_errors}", gpu=g.index
+            )
+    return ok(name, f"all NVLinks up on {len(gpus)} GPUs")
+
+
+def check_pcie(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckResult:
+    """Link width at its maximum; generation only judged under load (idle GPUs downclock the
+    link to save power); replay counter not rising."""
+    name = "gpu.pcie"
+    if (early := _nvml_unusable(name, facts)) is not None:
+        return early
+    gpus = [g for g in _usable(facts) if g.pcie_width is not None]
+    if not gpus:
+        return skipped(name, "PCIe link information not available")
+    last = previous.get("pcie_replays", {})
+    for g in gpus:
+        assert g.pcie_width is not None
+        if g.pcie_width[0] < g.pcie_width[1]:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} PCIe x{g.pcie_width[0]} below x{g.pcie_width[1]}",
+                LOW,
+                Action.DRAIN,
+                gpu=g.index,
+            )
+        busy = (g.utilization_pct or 0) >= 50
+        if busy and g.pcie_gen and g.pcie_gen[0] < g.pcie_gen[1]:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} PCIe gen{g.pcie_gen[0]} below "
+                f"gen{g.pcie_gen[1]} under load",
+                LOW,
+                Action.DRAIN,
+                gpu=g.index,
+            )
+        before = last.get(str(g.index))
+        if before is not None and (g.pcie_replays or 0) > before:
+            return warn(name, f"GPU{g.index} PCIe replays rose {before}->{g.pcie_replays}")
+    return ok(name, "PCIe width at maximum (generation only judged under load)")
+
+
+def check_thermal(facts: NvmlFacts, config: HealthConfig, **_: Any) -> CheckResult:
+    """No hardware slowdown (thermal, power brake) and temperature below the limit."""
+    name = "gpu.thermal"
+    if (early := _nvml_unusable(name, facts)) is not None:
+        return early
+    for g in _usable(facts):
+        slow = [n for bit, n in HW_SLOWDOWN_BITS.items() if (g.clock_reasons or 0) & bit]
+        if slow:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} {'+'.join(slow)}",
+                LOW,
+                Action.DRAIN,
+                gpu=g.index,
+                clock_reasons=g.clock_reasons,
+                temperature_c=g.temperature_c,
+            )
+        if g.temperature_c is not None and g.temperature_c > config.max_temperature_c:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} at {g.temperature_c} C",
+                LOW,
+                Action.DRAIN,
+                gpu=g.index,
+                temperature_c=g.temperature_c,
+            )
+    return ok(name, "no hardware slowdown")
+
+
+def check_processes(facts: NvmlFacts, mode: str, **_: Any) -> CheckResult:
+    """Before a job starts (prolog), no compute process may hold a GPU."""
+    name = "gpu.processes"
+    if mode != "prolog":
+        return skipped(name, "only meaningful before a job starts (prolog)")
+    if (early := _nvml_unusable(name, facts)) is not None:
+        return early
+    for g in _usable(facts):
+        if g.processes:
+            return fail(
+                name,
+                f"GPU{g.index} {g.bus_id} held by stray process(es) {list(g.processes)[:4]}",
+                HIGH,
+                Action.DRAIN_NOW,
+                gpu=g.index,
+                pids=list(g.processes),
+            )
+    return ok(name, "no compute processes on any GPU")
+
+
+def counters(facts: NvmlFacts) -> dict[str, dict[str, int]]:
+    """The cumulative counters to remember for the next run's deltas."""
+    out: dict[str, dict[str, int]] = {"ecc_aggregate": {}, "nvlink_errors": {}, "pcie_replays": {}}
+    for g in _usable(facts):
+        for key, value in (
+            ("ecc_aggregate", g.ecc_aggregate_uncorrected),
+            ("nvlink_errors", g.nvlink_errors),
+            ("pcie_replays", g.pcie_replays),
+        ):
+            if value is not None:
+                out[key][str(g.index)] = int(value)
+    return out

@@ -1,0 +1,130 @@
+"""`fs.mounts`: each required mount is in the mount table and answers within a timeout.
+
+A stat on a hard NFS mount whose server is gone blocks until the server returns, and only
+SIGKILL interrupts it (signatures.md §3.4). So the probe runs in a forked child that opens
+the mount point and statvfs()s it; the parent waits on a pipe with a deadline, SIGKILLs a
+child that overran and does not wait to reap it (it may sit in D state).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_triage.health_checks.result import Action, CheckResult, Severity, fail, ok, skipped
+
+
+@dataclass(frozen=True)
+class MountFacts:
+    path: str
+    mounted: bool
+    fstype: str = ""
+    answered: bool = False
+    error: str = ""
+    seconds: float = 0.0
+
+
+def parse_mountinfo(text: str) -> dict[str, str]:
+    """Mount point -> fstype from /proc/self/mountinfo (octal escapes decoded)."""
+    table: dict[str, str] = {}
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right.split():
+            continue
+        point = fields[4].encode().decode("unicode_escape")
+        table[point] = right.split()[0]
+    return table
+
+
+def _probe_child(path: str, write_fd: int) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)  # blocks like stat on a dead hard mount
+        os.fstatvfs(fd)
+        os.close(fd)
+        os.write(write_fd, b"ok")
+    except OSError as exc:
+        os.write(write_fd, f"{exc.strerror or exc}".encode()[:200])
+    finally:
+        os._exit(0)
+
+
+def probe_mounts(
+    paths: Sequence[str], mountinfo_text: str, timeout_s: float
+) -> tuple[MountFacts, ...]:
+    """Probe every mount in parallel children; the whole probe takes at most timeout_s."""
+    table = parse_mountinfo(mountinfo_text)
+    started = time.monotonic()
+    children: dict[str, tuple[int, int]] = {}
+    results: dict[str, MountFacts] = {}
+    for path in paths:
+        if path not in table:
+            results[path] = MountFacts(path, mounted=False)
+            continue
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (child)
+            os.close(read_fd)
+            _probe_child(path, write_fd)
+        os.close(write_fd)
+        children[path] = (pid, read_fd)
+    for path, (pid, read_fd) in children.items():
+        remaining = max(0.0, timeout_s - (time.monotonic() - started))
+        ready, _, _ = select.select([read_fd], [], [], remaining)
+        answer = os.read(read_fd, 256).decode(errors="replace") if ready else ""
+        os.close(read_fd)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)  # not reaped here: it may be stuck in D state
+        else:
+            os.waitpid(pid, 0)
+        results[path] = MountFacts(
+            path,
+            True,
+            table[path],
+            answered=bool(ready),
+            error="" if answer == "ok" else answer,
+            seconds=time.monotonic() - started,
+        )
+    _reap_stragglers()
+    return tuple(results[p] for p in paths)
+
+
+def _reap_stragglers() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG) != (0, 0):
+            pass
+    except ChildProcessError:
+        pass
+
+
+def check_mounts(mounts: Sequence[MountFacts], timeout_s: float, **_: Any) -> CheckResult:
+    name = "fs.mounts"
+    if not mounts:
+        return skipped(name, "no required mounts configured")
+    for m in mounts:
+        if not m.mounted:
+            return fail(name, f"{m.path} not mounted", Severity.HIGH, Action.DRAIN_NOW, path=m.path)
+        if not m.answered:
+            return fail(
+                name,
+                f"{m.path} ({m.fstype}) hung: no answer in {timeout_s:g}s",
+                Severity.HIGH,
+                Action.DRAIN_NOW,
+                path=m.path,
+                fstype=m.fstype,
+            )
+        if m.error:
+            return fail(
+                name,
+                f"{m.path} ({m.fstype}) error: {m.error}",
+                Severity.HIGH,
+                Action.DRAIN_NOW,
+                path=m.path,
+                error=m.error,
+            )
+    return ok(name, f"{len(mounts)} mount(s) answer", mounts=[m.path for m in mounts])

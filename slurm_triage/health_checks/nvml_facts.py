@@ -1,0 +1,218 @@
+"""Read GPU facts through NVML (nvidia-ml-py's `pynvml`, or the simulated estate's copy).
+
+One pass over every device gathers what all `gpu.*` checks need, so NVML is initialised once
+per run. The module object is passed in: the real `pynvml` on GPU nodes, and
+`slurm_triage.simulate.fake_pynvml` (the same functions, raising the same `pynvml` error
+classes) where there is no GPU. This module only reads; evaluation lives in the checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Errors meaning "this feature does not exist here": a fact of None, not a failure.
+_NOT_APPLICABLE = (
+    "NVMLError_NotSupported",
+    "NVMLError_FunctionNotFound",
+    "NVMLError_InvalidArgument",
+    "NVMLLibraryMismatchError",
+)
+# Errors meaning the device itself is unusable.
+_DEVICE_GONE = (
+    "NVMLError_GpuIsLost",
+    "NVMLError_ResetRequired",
+    "NVMLError_Unknown",
+    "NVMLError_IrqIssue",
+    "NVMLError_InsufficientPower",
+    "NVMLError_CorruptedInforom",
+    "NVMLError_NoPermission",
+)
+
+
+class DeviceGone(Exception):
+    """A device call raised an error that makes the device unusable."""
+
+    def __init__(self, name: str, code: int | None) -> None:
+        super().__init__(name)
+        self.name, self.code = name, code
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What NVML said about one GPU. None means the feature is not supported here."""
+
+    index: int
+    bus_id: str | None = None
+    uuid: str | None = None
+    error: str | None = None  # e.g. "NVMLError_GpuIsLost" when the device is unusable
+    error_code: int | None = None
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    retired_pages_pending: bool | None = None
+    remap: tuple[int, int, bool, bool] | None = None  # (corrected, uncorrected, pending, failed)
+    recovery_action: int | None = None
+    nvlink_up: tuple[bool, ...] | None = None
+    nvlink_errors: int | None = None
+    pcie_width: tuple[int, int] | None = None  # (current, max)
+    pcie_gen: tuple[int, int] | None = None
+    pcie_replays: int | None = None
+    utilization_pct: int | None = None
+    temperature_c: int | None = None
+    slowdown_temperature_c: int | None = None
+    clock_reasons: int | None = None
+    processes: tuple[int, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"GPU{self.index} {self.bus_id or '?'}"
+
+
+@dataclass(frozen=True)
+class NvmlFacts:
+    """NVML as a whole: an init error (driver missing, version mismatch) or the devices."""
+
+    init_error: str | None
+    init_error_code: int | None
+    driver_version: str | None
+    gpus: tuple[GpuFacts, ...]
+
+
+def _error_name(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+def _call(fn: Callable[..., T], *args: Any) -> T | None:
+    """Call one NVML function: NotSupported-like errors give None, device-fatal ones raise."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        name = _error_name(exc)
+        if name in _NOT_APPLICABLE:
+            return None
+        if name in _DEVICE_GONE:
+            raise DeviceGone(name, getattr(exc, "value", None)) from None
+        raise
+
+
+def read_nvml(nv: Any) -> NvmlFacts:
+    """Initialise NVML, read every device, shut down. Never raises an NVML error."""
+    try:
+        nv.nvmlInit()
+    except Exception as exc:
+        return NvmlFacts(_error_name(exc), getattr(exc, "value", None), None, ())
+    try:
+        driver = _text(_call(nv.nvmlSystemGetDriverVersion))
+        count = nv.nvmlDeviceGetCount()
+        gpus = tuple(_read_device(nv, index) for index in range(count))
+        return NvmlFacts(None, None, driver, gpus)
+    except DeviceGone as exc:
+        return NvmlFacts(exc.name, exc.code, None, ())
+    except Exception as exc:
+        return NvmlFacts(_error_name(exc), getattr(exc, "value", None), None, ())
+    finally:
+        with contextlib.suppress(Exception):  # shutdown trouble must not hide what we read
+            nv.nvmlShutdown()
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _read_device(nv: Any, index: int) -> GpuFacts:
+    bus_id: str | None = None
+    try:
+        handle = _call(nv.nvmlDeviceGetHandleByIndex, index)
+        pci = _call(nv.nvmlDeviceGetPciInfo, handle)
+        bus_id = _text(pci.busId) if pci is not None else None
+        return GpuFacts(
+            index=index,
+            bus_id=bus_id,
+            uuid=_text(_call(nv.nvmlDeviceGetUUID, handle)),
+            **_memory_facts(nv, handle),
+            **_link_facts(nv, handle),
+            **_state_facts(nv, handle),
+        )
+    except DeviceGone as exc:
+        return GpuFacts(index=index, bus_id=bus_id, error=exc.name, error_code=exc.code)
+
+
+def _memory_facts(nv: Any, h: Any) -> dict[str, Any]:
+    unc = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    remap = _call(nv.nvmlDeviceGetRemappedRows, h)
+    pending = _call(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+    return {
+        "ecc_volatile_uncorrected": _call(
+            nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_VOLATILE_ECC
+        ),
+        "ecc_aggregate_uncorrected": _call(
+            nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_AGGREGATE_ECC
+        ),
+        "retired_pages_pending": None if pending is None else pending == nv.NVML_FEATURE_ENABLED,
+        "remap": None
+        if remap is None
+        else (int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])),
+        "recovery_action": _field(nv, h, nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+    }
+
+
+def _field(nv: Any, h: Any, field_id: int) -> int | None:
+    values = _call(nv.nvmlDeviceGetFieldValues, h, [field_id])
+    if not values or values[0].nvmlReturn != nv.NVML_SUCCESS:
+        return None
+    return int(values[0].value.uiVal)
+
+
+def _link_facts(nv: Any, h: Any) -> dict[str, Any]:
+    links: list[bool] = []
+    errors = 0
+    for link in range(nv.NVML_NVLINK_MAX_LINKS):
+        state = _call(nv.nvmlDeviceGetNvLinkState, h, link)
+        if state is None:
+            break
+        links.append(state == nv.NVML_FEATURE_ENABLED)
+        for counter in (
+            nv.NVML_NVLINK_ERROR_DL_REPLAY,
+            nv.NVML_NVLINK_ERROR_DL_RECOVERY,
+            nv.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+            nv.NVML_NVLINK_ERROR_DL_CRC_DATA,
+        ):
+            errors += _call(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter) or 0
+    width = (
+        _call(nv.nvmlDeviceGetCurrPcieLinkWidth, h),
+        _call(nv.nvmlDeviceGetMaxPcieLinkWidth, h),
+    )
+    gen = (
+        _call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
+        _call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
+    )
+    return {
+        "nvlink_up": tuple(links) if links else None,
+        "nvlink_errors": errors if links else None,
+        "pcie_width": width if None not in width else None,
+        "pcie_gen": gen if None not in gen else None,
+        "pcie_replays": _call(nv.nvmlDeviceGetPcieReplayCounter, h),
+    }
+
+
+def _state_facts(nv: Any, h: Any) -> dict[str, Any]:
+    reasons = _call(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
+    if reasons is None:  # drivers before the 535 rename
+        reasons = _call(nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+    util = _call(nv.nvmlDeviceGetUtilizationRates, h)
+    procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, h)
+    return {
+        "utilization_pct": None if util is None else int(util.gpu),
+        "temperature_c": _call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+        "slowdown_temperature_c": _call(
+            nv.nvmlDeviceGetTemperatureThreshold, h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        ),
+        "clock_reasons": reasons,
+        "processes": None if procs is None else tuple(int(p.pid) for p in procs),
+    }

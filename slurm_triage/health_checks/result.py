@@ -1,0 +1,107 @@
+"""The one result type of every health check, with closed enums.
+
+A check that cannot decide (NVML missing, timed out, crashed) is UNKNOWN with the reason,
+never OK: failing open would put jobs on a broken node.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    OK = "OK"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    UNKNOWN = "UNKNOWN"
+    SKIPPED = "SKIPPED"
+
+
+class Severity(enum.StrEnum):
+    """How bad a FAIL is (Kokolis et al.): HIGH removes the node now, LOW drains it."""
+
+    NONE = "none"
+    LOW = "low"
+    HIGH = "high"
+
+
+class Action(enum.StrEnum):
+    """What the node needs. DRAIN_NOW: no new job may start here (the running ones are
+    probably dying already); DRAIN: let running jobs finish, start no new ones (Slurm's DRAIN
+    does both; the difference is what an operator reads and how urgent the reset/RMA is)."""
+
+    NONE = "none"
+    WATCH = "watch"
+    DRAIN = "drain"
+    DRAIN_NOW = "drain_now"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    RMA = "rma"
+
+
+DRAINING_ACTIONS = frozenset(
+    {Action.DRAIN, Action.DRAIN_NOW, Action.RESET_GPU, Action.REBOOT, Action.RMA}
+)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict of one check on one node. `reason` is one line and becomes the drain
+    reason after our prefix; `evidence` holds the facts it relied on (JSON-able)."""
+
+    check: str
+    status: Status
+    severity: Severity = Severity.NONE
+    reason: str = ""
+    evidence: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    action: Action = Action.NONE
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", " ".join(self.reason.split())[:300])
+        object.__setattr__(self, "evidence", MappingProxyType(dict(self.evidence)))
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.FAIL
+
+    @property
+    def wants_drain(self) -> bool:
+        return self.failed and self.action in DRAINING_ACTIONS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "status": self.status.value,
+            "severity": self.severity.value,
+            "reason": self.reason,
+            "action": self.action.value,
+            "seconds": round(self.seconds, 4),
+            "evidence": dict(self.evidence),
+        }
+
+
+def ok(check: str, reason: str = "", **evidence: Any) -> CheckResult:
+    return CheckResult(check, Status.OK, reason=reason, evidence=evidence)
+
+
+def fail(
+    check: str, reason: str, severity: Severity, action: Action, **evidence: Any
+) -> CheckResult:
+    return CheckResult(check, Status.FAIL, severity, reason, evidence, action)
+
+
+def warn(check: str, reason: str, **evidence: Any) -> CheckResult:
+    return CheckResult(check, Status.WARN, Severity.LOW, reason, evidence, Action.WATCH)
+
+
+def unknown(check: str, reason: str, **evidence: Any) -> CheckResult:
+    return CheckResult(check, Status.UNKNOWN, reason=reason, evidence=evidence)
+
+
+def skipped(check: str, reason: str) -> CheckResult:
+    return CheckResult(check, Status.SKIPPED, reason=reason)

@@ -1,0 +1,257 @@
+"""Run selected checks on this node: gather facts (each source under a timeout), evaluate.
+
+Fact sources are read lazily and once per run, each in a worker thread bounded by
+`health.check_timeout_s` (NVML calls cannot be interrupted; a hung one is abandoned and the
+checks that needed it are UNKNOWN). The prolog stops at the first high-severity failure and
+honours its overall deadline. Cumulative counters are remembered per node between runs so
+that "rising" can be judged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from slurm_triage.config import Config, HealthConfig
+from slurm_triage.health_checks import gpu, infiniband, kernel_log, mounts
+from slurm_triage.health_checks.host import read_host
+from slurm_triage.health_checks.nvml_facts import read_nvml
+from slurm_triage.health_checks.registry import CheckSpec
+from slurm_triage.health_checks.result import CheckResult, Severity, Status, unknown
+from slurm_triage.logs import get_logger
+
+
+class FactError(Exception):
+    """A fact source could not be read (timed out or raised); the reason is the message."""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """All results of one run on one node, in the order they ran."""
+
+    node: str
+    mode: str
+    started: float
+    seconds: float
+    results: tuple[CheckResult, ...]
+    stopped_early: bool = False
+
+    @property
+    def failures(self) -> tuple[CheckResult, ...]:
+        return tuple(r for r in self.results if r.failed)
+
+    @property
+    def all_passed(self) -> bool:
+        """Every check decided and none failed (SKIPPED and WARN pass; UNKNOWN does not)."""
+        return all(r.status in (Status.OK, Status.WARN, Status.SKIPPED) for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "mode": self.mode,
+            "started": self.started,
+            "seconds": round(self.seconds, 4),
+            "stopped_early": self.stopped_early,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+def node_name(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def expand(path: str, node: str) -> str:
+    return path.replace("{node}", node)
+
+
+def nvml_module(config: HealthConfig, node: str) -> Any:
+    """The real pynvml, or the simulated estate's stand-in for this node."""
+    if config.nvml == "simulated":
+        from slurm_triage.simulate.estate import NodeEstate
+        from slurm_triage.simulate.fake_pynvml import FakeNvml
+
+        estate = NodeEstate(Path(expand(config.simulate_root, node)), node)
+        return FakeNvml(estate.nvml_state)
+    import pynvml
+
+    return pynvml
+
+
+def read_pci_gpus(sysfs_root: str) -> tuple[str, ...]:
+    """Bus ids (dddd:bb:dd.f) of NVIDIA display/3D controllers on the PCI bus, sorted."""
+    found = []
+    for dev in sorted(Path(sysfs_root, "bus/pci/devices").glob("*")):
+        try:
+            vendor = (dev / "vendor").read_text().strip()
+            klass = (dev / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor == "0x10de" and klass[:6] in ("0x0302", "0x0300"):
+            found.append(dev.name)
+    return tuple(found)
+
+
+class FactSources:
+    """Lazily read, cached fact sources for one run on one node."""
+
+    def __init__(self, config: HealthConfig, node: str, timeout_s: float) -> None:
+        self._config, self._node, self._timeout_s = config, node, timeout_s
+        self._cache: dict[str, Any] = {}
+        c = config
+        self._readers: dict[str, Callable[[], Any]] = {
+            "nvml": lambda: read_nvml(nvml_module(c, node)),
+            "pci": lambda: read_pci_gpus(expand(c.sysfs_root, node)),
+            "kernel": lambda: kernel_log.read_kernel_events(expand(c.kernel_log, node), node),
+            "ib": lambda: infiniband.read_ports(expand(c.sysfs_root, node), c.ib_ports),
+            "mounts": lambda: mounts.probe_mounts(
+                [expand(m, node) for m in c.mounts],
+                Path(expand(c.mountinfo, node)).read_text(),
+                c.mount_timeout_s,
+            ),
+            "host": lambda: read_host(expand(c.scratch_path, node)),
+        }
+
+    def get(self, source: str) -> Any:
+        if source not in self._cache:
+            self._cache[source] = self._read_bounded(source)
+        value = self._cache[source]
+        if isinstance(value, FactError):
+            raise value
+        return value
+
+    def _read_bounded(self, source: str) -> Any:
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = self._readers[source]()
+            except Exception as exc:  # reported as the checks' UNKNOWN reason
+                box["error"] = f"{type(exc).__name__}: {exc}"
+
+        # mounts forks its own killable children, so it runs in this thread.
+        if source == "mounts":
+            target()
+        else:
+            worker = threading.Thread(target=target, name=f"facts-{source}", daemon=True)
+            worker.start()
+            worker.join(self._timeout_s)
+            if worker.is_alive():
+                return FactError(f"reading {source} facts timed out after {self._timeout_s:g}s")
+        if "error" in box:
+            return FactError(f"reading {source} facts failed: {box['error'][:200]}")
+        return box["value"]
+
+    def cached(self, source: str) -> Any | None:
+        value = self._cache.get(source)
+        return None if isinstance(value, FactError) else value
+
+
+def _state_path(config: Config, node: str) -> Path:
+    return Path(config.paths.state_dir) / "health" / f"{node}.json"
+
+
+def load_previous(config: Config, node: str) -> dict[str, Any]:
+    try:
+        data = json.loads(_state_path(config, node).read_text())
+        return data.get("counters", {}) if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _evaluate(spec: CheckSpec, sources: FactSources, base: dict[str, Any]) -> CheckResult:
+    started = time.monotonic()
+    try:
+        kwargs = dict(base)
+        for source in spec.needs:
+            value = sources.get(source)
+            kwargs.update(_kwargs_for(source, value, base))
+        result = spec.evaluate(**kwargs)
+    except FactError as exc:
+        result = unknown(spec.name, str(exc))
+    except Exception as exc:  # a crashing check must not pass, nor kill the run
+        result = unknown(spec.name, f"check crashed: {type(exc).__name__}: {exc}")
+    return _with_seconds(result, time.monotonic() - started)
+
+
+def _kwargs_for(source: str, value: Any, base: dict[str, Any]) -> dict[str, Any]:
+    if source == "nvml":
+        return {"facts": value}
+    if source == "pci":
+        return {"pci_bus_ids": value}
+    if source == "kernel":
+        return {
+            "events": value,
+            "hardware_error": kernel_log.host_hardware_errors(value, base["config"], base["now"]),
+        }
+    if source == "ib":
+        return {"ports": value}
+    if source == "mounts":
+        return {"mounts": value, "timeout_s": base["config"].mount_timeout_s}
+    return {"host": value}
+
+
+def _with_seconds(result: CheckResult, seconds: float) -> CheckResult:
+    return replace(result, seconds=seconds)
+
+
+@dataclass
+class Run:
+    """One run of selected checks; `execute()` returns the report and saves counters."""
+
+    config: Config
+    specs: Sequence[CheckSpec]
+    mode: str = "cli"  # prolog | cron | cli | epilog
+    node: str = field(default_factory=node_name)
+    stop_on_hard_failure: bool = False
+    deadline_s: float | None = None
+
+    def execute(self) -> RunReport:
+        started_wall, started = time.time(), time.monotonic()
+        health = self.config.health
+        sources = FactSources(health, self.node, health.check_timeout_s)
+        base = {
+            "config": health,
+            "previous": load_previous(self.config, self.node),
+            "now": started_wall,
+            "mode": self.mode,
+        }
+        results: list[CheckResult] = []
+        stopped = False
+        for spec in self.specs:
+            if self.deadline_s is not None and time.monotonic() - started > self.deadline_s:
+                results.append(unknown(spec.name, f"run deadline {self.deadline_s:g}s passed"))
+                continue
+            result = _evaluate(spec, sources, base)
+            results.append(result)
+            if self.stop_on_hard_failure and result.failed and result.severity is Severity.HIGH:
+                stopped = True
+                break
+        self._save_counters(sources, base["previous"])
+        return RunReport(
+            self.node, self.mode, started_wall, time.monotonic() - started, tuple(results), stopped
+        )
+
+    def _save_counters(self, sources: FactSources, previous: dict[str, Any]) -> None:
+        counters = dict(previous)
+        nvml = sources.cached("nvml")
+        if nvml is not None and nvml.init_error is None:
+            counters.update(gpu.counters(nvml))
+        ports = sources.cached("ib")
+        if ports is not None:
+            counters["ib"] = {**previous.get("ib", {}), **infiniband.counters(ports)}
+        path = _state_path(self.config, self.node)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"node": self.node, "counters": counters}))
+            os.replace(tmp, path)
+        except OSError as exc:
+            # Without a state dir "rising" is judged against nothing next time; never fatal.
+            get_logger().warning("health_counters_unsaved", path=str(path), error=str(exc))

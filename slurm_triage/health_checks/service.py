@@ -1,0 +1,139 @@
+"""The modes: prolog (fast screen before a job), periodic (cron / HealthCheckProgram), CLI.
+
+They differ only in what they select and what they do with a failure:
+- prolog: fast set, stop at the first hard failure, drain, exit non-zero (Slurm requeues
+  the job elsewhere); a low-severity failure drains after the jobs and lets this one run;
+- periodic: every check; drain on failure, resume nodes we drained once everything passes.
+Each run's report is written to `<state_dir>/health/<node>.last.json` and, when configured,
+to the Prometheus textfile.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_triage.config import Config
+from slurm_triage.health_checks import registry
+from slurm_triage.health_checks.actions import (
+    NodeDecision,
+    Outcome,
+    carry_out,
+    decide,
+    prometheus_text,
+    write_atomically,
+)
+from slurm_triage.health_checks.result import Severity
+from slurm_triage.health_checks.runner import Run, RunReport, node_name
+from slurm_triage.logs import get_logger
+from slurm_triage.slurm import SlurmDoor, SlurmError, open_door
+
+
+@dataclass(frozen=True)
+class ServiceResult:
+    report: RunReport
+    decision: NodeDecision
+
+    @property
+    def hard_failure(self) -> bool:
+        return any(r.severity is Severity.HIGH for r in self.report.failures)
+
+
+def run_checks(
+    config: Config,
+    *,
+    mode: str,
+    only: list[str] | None = None,
+    everything: bool = False,
+    node: str | None = None,
+) -> RunReport:
+    specs = registry.select(only, everything)
+    prolog = mode == "prolog"
+    return Run(
+        config,
+        specs,
+        mode=mode,
+        node=node_name(node),
+        stop_on_hard_failure=prolog,
+        deadline_s=config.health.prolog_deadline_s if prolog else None,
+    ).execute()
+
+
+def act(
+    config: Config,
+    report: RunReport,
+    *,
+    may_resume: bool,
+    dry_run: bool,
+    door: SlurmDoor | None = None,
+) -> NodeDecision:
+    """Decide and carry out drain/resume for this node; Slurm trouble is an outcome."""
+    log = get_logger(node=report.node)
+    try:
+        door = door or open_door(config.slurm)
+        needs_cluster = bool(report.failures)
+        cluster = door.nodes() if needs_cluster else ()
+        node = next((n for n in cluster if n.name == report.node), None) or door.node(report.node)
+    except SlurmError as exc:
+        log.error("health_slurm_unreachable", error=str(exc))
+        return NodeDecision(Outcome.SLURM_ERROR, report.node, detail=str(exc))
+    decision = decide(report, node, cluster, config.health, may_resume=may_resume)
+    return carry_out(decision, door, dry_run=dry_run or not config.health.drain)
+
+
+def record(config: Config, report: RunReport) -> None:
+    """Keep the last report per node, and the Prometheus textfile when configured."""
+    log = get_logger(node=report.node)
+    try:
+        path = Path(config.paths.state_dir) / "health" / f"{report.node}.last.json"
+        write_atomically(path, json.dumps(report.to_dict()))
+        if config.health.prometheus_textfile:
+            write_atomically(Path(config.health.prometheus_textfile), prometheus_text(report))
+    except OSError as exc:
+        log.warning("health_report_unwritten", error=str(exc))
+
+
+def _log_report(report: RunReport) -> None:
+    log = get_logger(node=report.node, mode=report.mode)
+    for r in report.results:
+        if r.status.value in ("FAIL", "UNKNOWN", "WARN"):
+            log.warning(
+                "health_check_" + r.status.value.lower(),
+                check=r.check,
+                reason=r.reason,
+                severity=r.severity.value,
+                action=r.action.value,
+            )
+    log.info(
+        "health_run_done",
+        checks=len(report.results),
+        failures=len(report.failures),
+        seconds=round(report.seconds, 3),
+        stopped_early=report.stopped_early,
+    )
+
+
+def prolog(config: Config) -> int:
+    """Prolog= : the fast screen. Non-zero only for a hard failure on this node."""
+    report = run_checks(config, mode="prolog")
+    _log_report(report)
+    record(config, report)
+    if not report.failures:
+        return 0
+    decision = act(config, report, may_resume=False, dry_run=False)
+    hard = any(r.severity is Severity.HIGH for r in report.failures)
+    if decision.outcome is Outcome.BREAKER_OPEN:
+        return 0  # a suspected broken check must not turn away every job on the cluster
+    return 1 if hard else 0
+
+
+def periodic(
+    config: Config, *, only: list[str] | None = None, dry_run: bool = False, node: str | None = None
+) -> ServiceResult:
+    """The full screen (cron, HealthCheckProgram, `slurm-triage check --all`)."""
+    report = run_checks(config, mode="cron", only=only, everything=True, node=node)
+    _log_report(report)
+    record(config, report)
+    decision = act(config, report, may_resume=not only, dry_run=dry_run)
+    return ServiceResult(report, decision)

@@ -1,0 +1,323 @@
+"""A simulated GPU estate for nodes without GPUs: per-node NVML state, kernel log, sysfs, mounts.
+
+Layout under the estate root, per node:
+    <root>/<node>/nvml.json     the state the fake pynvml serves (8 H100-like GPUs)
+    <root>/<node>/kern.log      kernel log in syslog RFC 3339 form (what rsyslog writes)
+    <root>/<node>/sys/...       sysfs: class/infiniband/mlx5_N/ports/1/*, bus/pci/devices/*
+    <root>/<node>/mountinfo     /proc/self/mountinfo lines for the required mounts
+    <root>/<node>/mounts/NAME   the mount points; a hung mount is a FIFO, whose open() blocks
+                                like a stat on a dead hard NFS mount
+
+`inject()` changes that state the way the real fault would show up in each source, so the
+real readers and checks see a consistent node. Writes are atomic (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from slurm_triage.errors import TriageError
+
+GPUS = 8
+HCAS = 4
+MOUNTS = ("home", "shared", "datasets")
+IB_RATE = "400 Gb/sec (4X NDR)"
+NVLINKS = 18  # H100 SXM: 18 NVLink4 links
+# PCI bus ids of an 8-GPU HGX H100 board (as `nvidia-smi` prints them).
+BUS_IDS = (
+    "00000000:18:00.0",
+    "00000000:2A:00.0",
+    "00000000:3A:00.0",
+    "00000000:5D:00.0",
+    "00000000:9A:00.0",
+    "00000000:AB:00.0",
+    "00000000:BA:00.0",
+    "00000000:DB:00.0",
+)
+XID_TEXT = {
+    13: "Graphics SM Warp Exception on (GPC 1, TPC 0, SM 0): Out Of Range Address",
+    31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f1a_2c000000. Fault is of "
+    "type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+    "at partition 0, subpartition 0.",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    64: "Row Remapper: Error while marking row for remapping",
+    74: "NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    79: "GPU has fallen off the bus.",
+    94: "Contained: CE User Channel (0x9). RST: No, D-RST: No",
+    95: "Uncontained: FBHUB. RST: Yes, D-RST: No",
+    119: "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 "
+    "(GSP_RM_ALLOC)",
+}
+FAULTS = (
+    "xid",
+    "ecc",
+    "remap_pending",
+    "remap_failure",
+    "nvlink_down",
+    "gpu_lost",
+    "ib_down",
+    "mount_hung",
+    "nvml_hang",
+    "driver_unloaded",
+    "clear",
+)
+
+
+class InjectError(TriageError):
+    """A fault that cannot be injected as asked."""
+
+
+def _gpu_state(index: int) -> dict[str, Any]:
+    return {
+        "index": index,
+        "bus_id": BUS_IDS[index],
+        "uuid": f"GPU-5e1a{index:04x}-sim0-4a4a-9c9c-00000000000{index}",
+        "name": "NVIDIA H100 80GB HBM3",
+        "lost": False,
+        "reset_required": False,
+        "ecc_volatile_uncorrected": 0,
+        "ecc_aggregate_uncorrected": 0,
+        "remap": [0, 0, 0, 0],
+        "recovery_action": 0,
+        "nvlink": [1] * NVLINKS,
+        "nvlink_errors": 0,
+        "pcie": {"width": 16, "max_width": 16, "gen": 5, "max_gen": 5, "replays": 0},
+        "temperature_c": 34,
+        "slowdown_temperature_c": 90,
+        "clock_reasons": 1,
+        "utilization_pct": 0,
+        "processes": [],
+    }
+
+
+def healthy_state() -> dict[str, Any]:
+    return {
+        "version": 1,
+        "driver": {"loaded": True, "version": "550.90.07", "hang_s": 0},
+        "gpus": [_gpu_state(i) for i in range(GPUS)],
+        "events": [],
+    }
+
+
+@dataclass(frozen=True)
+class NodeEstate:
+    """The simulated hardware of one node."""
+
+    root: Path
+    node: str
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.node
+
+    @property
+    def nvml_state(self) -> Path:
+        return self.dir / "nvml.json"
+
+    @property
+    def kernel_log(self) -> Path:
+        return self.dir / "kern.log"
+
+    @property
+    def sysfs(self) -> Path:
+        return self.dir / "sys"
+
+    @property
+    def mountinfo(self) -> Path:
+        return self.dir / "mountinfo"
+
+    def mount(self, name: str) -> Path:
+        return self.dir / "mounts" / name
+
+    def ensure(self) -> NodeEstate:
+        """Create a healthy node if it does not exist yet."""
+        if not self.nvml_state.exists():
+            self.reset()
+        return self
+
+    def reset(self) -> None:
+        """Make the node healthy: fresh NVML state, empty kernel log, ports up, mounts."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o755)
+        write_json(self.nvml_state, healthy_state())
+        self.kernel_log.write_text("")
+        self._write_sysfs()
+        self._write_mounts()
+
+    def _write_sysfs(self) -> None:
+        for i in range(HCAS):
+            port = self.sysfs / f"class/infiniband/mlx5_{i}/ports/1"
+            (port / "counters").mkdir(parents=True, exist_ok=True)
+            for name, value in (
+                ("state", "4: ACTIVE"),
+                ("phys_state", "5: LinkUp"),
+                ("rate", IB_RATE),
+                ("link_layer", "InfiniBand"),
+            ):
+                (port / name).write_text(value + "\n")
+            for counter in (
+                "link_downed",
+                "symbol_error",
+                "port_rcv_errors",
+                "link_error_recovery",
+                "local_link_integrity_errors",
+            ):
+                (port / "counters" / counter).write_text("0\n")
+        for bus_id in BUS_IDS:
+            dev = self.sysfs / "bus/pci/devices" / bus_id.lower()[4:]
+            dev.mkdir(parents=True, exist_ok=True)
+            (dev / "vendor").write_text("0x10de\n")
+            (dev / "class").write_text("0x030200\n")
+
+    def _write_mounts(self) -> None:
+        lines = []
+        for n, name in enumerate(MOUNTS):
+            path = self.mount(name)
+            if path.exists() and not path.is_dir():
+                path.unlink()
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(0o755)
+            lines.append(
+                f"{100 + n} 1 0:{50 + n} / {path} rw,relatime shared:{n} - nfs4 "
+                f"fs{n}:/export/{name} rw,vers=4.2,hard,proto=tcp"
+            )
+        self.mountinfo.write_text("\n".join(lines) + "\n")
+
+    def load(self) -> dict[str, Any]:
+        return json.loads(self.nvml_state.read_text())
+
+    def save(self, state: dict[str, Any]) -> None:
+        write_json(self.nvml_state, state)
+
+    def kernel_line(self, message: str, when: float | None = None) -> None:
+        stamp = datetime.fromtimestamp(when or time.time(), UTC).isoformat(timespec="microseconds")
+        with self.kernel_log.open("a") as fh:
+            fh.write(f"{stamp} {self.node} kernel: {message}\n")
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh, indent=1)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def inject(
+    estate: NodeEstate,
+    fault: str,
+    value: int | None = None,
+    gpu: int = 0,
+    port: int = 0,
+    mount: str = MOUNTS[0],
+) -> str:
+    """Change the node's state as `fault` would; returns a one-line description."""
+    estate.ensure()
+    if fault == "clear":
+        estate.reset()
+        return f"{estate.node}: all faults cleared"
+    if fault not in FAULTS:
+        raise InjectError(f"unknown fault {fault!r}; valid: {', '.join(FAULTS)}")
+    if not 0 <= gpu < GPUS:
+        raise InjectError(f"--gpu must be 0..{GPUS - 1}")
+    if fault == "ib_down":
+        return _ib_down(estate, port)
+    if fault == "mount_hung":
+        return _mount_hung(estate, mount)
+    state = estate.load()
+    g = state["gpus"][gpu]
+    describe = _apply_gpu_fault(estate, state, g, fault, value)
+    estate.save(state)
+    return f"{estate.node}: {describe}"
+
+
+def _apply_gpu_fault(
+    estate: NodeEstate, state: dict[str, Any], g: dict[str, Any], fault: str, value: int | None
+) -> str:
+    label = f"GPU{g['index']} {g['bus_id']}"
+    if fault == "xid":
+        if value is None or value <= 0:
+            raise InjectError("xid needs a number, e.g. xid=79")
+        _xid_effects(g, value)
+        bdf = g["bus_id"].lower()[4:].rsplit(".", 1)[0]
+        text = XID_TEXT.get(value, "Simulated Xid")
+        estate.kernel_line(f"NVRM: Xid (PCI:{bdf}): {value}, pid=4242, name=python, {text}")
+        state["events"].append(
+            {"gpu": g["index"], "type": "xid", "data": value, "time": time.time()}
+        )
+        return f"XID {value} on {label}"
+    if fault == "ecc":
+        n = value or 1
+        g["ecc_volatile_uncorrected"] += n
+        g["ecc_aggregate_uncorrected"] += n
+        state["events"].append({"gpu": g["index"], "type": "dbe", "data": n, "time": time.time()})
+        return f"{n} uncorrectable ECC error(s) on {label}"
+    if fault in ("remap_pending", "remap_failure"):
+        g["remap"][2 if fault == "remap_pending" else 3] = 1
+        g["remap"][1] += 1
+        return f"row remap {fault.split('_')[1]} on {label}"
+    if fault == "nvlink_down":
+        g["nvlink"][value or 0] = 0
+        return f"NVLink {value or 0} down on {label}"
+    if fault == "gpu_lost":
+        g["lost"] = True
+        return f"{label} lost (fell off the bus, no XID line)"
+    if fault == "nvml_hang":
+        state["driver"]["hang_s"] = value or 3600
+        return f"NVML calls hang for {value or 3600}s"
+    state["driver"]["loaded"] = False
+    return "NVIDIA kernel driver unloaded"
+
+
+def _xid_effects(g: dict[str, Any], xid: int) -> None:
+    """The NVML-visible consequences of an XID, as on real GPUs."""
+    if xid == 79:
+        g["lost"] = True
+    elif xid in (48, 95):
+        g["ecc_volatile_uncorrected"] += 1
+        g["ecc_aggregate_uncorrected"] += 1
+        g["remap"][2] = 1
+        g["remap"][1] += 1
+        g["recovery_action"] = 4 if xid == 95 else 1
+    elif xid == 63:
+        g["remap"][2] = 1
+    elif xid == 64:
+        g["remap"][3] = 1
+    elif xid == 74:
+        g["nvlink"][3] = 0
+        g["nvlink_errors"] += 100
+    elif xid in (119, 120, 62):
+        g["reset_required"] = True
+
+
+def _ib_down(estate: NodeEstate, port: int) -> str:
+    if not 0 <= port < HCAS:
+        raise InjectError(f"--port must be 0..{HCAS - 1}")
+    base = estate.sysfs / f"class/infiniband/mlx5_{port}/ports/1"
+    (base / "state").write_text("1: DOWN\n")
+    (base / "phys_state").write_text("3: Disabled\n")
+    counter = base / "counters/link_downed"
+    counter.write_text(f"{int(counter.read_text()) + 1}\n")
+    estate.kernel_line(f"mlx5_core 0000:{0x1A + port:02x}:00.0: mlx5_{port}: Link down")
+    return f"{estate.node}: mlx5_{port} port 1 down"
+
+
+def _mount_hung(estate: NodeEstate, name: str) -> str:
+    if name not in MOUNTS:
+        raise InjectError(f"unknown mount {name!r}; valid: {', '.join(MOUNTS)}")
+    path = estate.mount(name)
+    if path.is_dir():
+        shutil.rmtree(path)
+    if not path.exists():
+        os.mkfifo(path, 0o644)
+    estate.kernel_line(f"nfs: server fs{MOUNTS.index(name)} not responding, still trying")
+    return f"{estate.node}: mount {path} hung"
