@@ -216,7 +216,7 @@ class Run:
         started_wall, started = time.time(), time.monotonic()
         health = self.config.health
         sources = FactSources(health, self.node, health.check_timeout_s)
-        base = {
+        base: dict[str, Any] = {
             "config": health,
             "previous": load_previous(self.config, self.node),
             "now": started_wall,
