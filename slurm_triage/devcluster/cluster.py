@@ -316,8 +316,12 @@ def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.Clus
     if os.geteuid() != 0:
         raise DevClusterError("the dev cluster runs Slurm daemons as root; run as root")
     ensure_packages()
+    before = layout.slurm_conf.read_text() if layout.slurm_conf.exists() else ""
     prepare(layout)
     running = {s.name for s in daemon_status(layout) if s.alive}
+    if "slurmctld" in running and before != layout.slurm_conf.read_text():
+        # A newer slurm-triage wrote a different slurm.conf: make the daemons read it.
+        _run([_which("scontrol") or "scontrol", "reconfigure"], env=client_env(layout))
     started = time.monotonic()
     if "munged" not in running:
         _start_munge(layout)

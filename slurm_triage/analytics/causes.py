@@ -1,0 +1,103 @@
+"""How accounting rows map onto the taxonomy: states, default causes, domains, failures.
+
+The taxonomy (slurm_triage.taxonomy, shared/TAXONOMY.md) is the contract; this module only
+derives from it what the analytics needs, as plain data and polars expressions.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from slurm_triage.slurm.model import JobState
+from slurm_triage.taxonomy import CAUSES, Cause, Domain
+
+# The paper's state mix, then the rest: OTHER (BOOT_FAIL, DEADLINE, ...) and ACTIVE
+# (pending, running: not ended, so left out of every metric).
+ENDED_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "REQUEUED",
+    "OTHER",
+)
+STATES = (*ENDED_STATES, "ACTIVE")
+_REQUEUED_LIKE = {JobState.REQUEUED, JobState.REQUEUE_HOLD, JobState.REQUEUE_FED}
+_ACTIVE = {
+    JobState.PENDING,
+    JobState.CONFIGURING,
+    JobState.RUNNING,
+    JobState.SUSPENDED,
+    JobState.COMPLETING,
+    JobState.RESIZING,
+    JobState.SIGNALING,
+    JobState.STAGE_OUT,
+    JobState.STOPPED,
+}
+
+CAUSE_IDS = tuple(c.value for c in Cause)
+DOMAIN_IDS = tuple(d.value for d in Domain)
+
+# Without an attribution a row's cause is what its state alone says (TAXONOMY.md's
+# "typical evidence" column); a FAILED or REQUEUED row with no evidence is `unknown`.
+DEFAULT_CAUSE = {
+    "COMPLETED": Cause.COMPLETED,
+    "FAILED": Cause.UNKNOWN,
+    "CANCELLED": Cause.CANCELLED,
+    "TIMEOUT": Cause.TIMEOUT,
+    "NODE_FAIL": Cause.NODE_FAILURE,
+    "PREEMPTED": Cause.PREEMPTED,
+    "OUT_OF_MEMORY": Cause.HOST_OOM,
+    "REQUEUED": Cause.UNKNOWN,
+    "OTHER": Cause.UNKNOWN,
+    "ACTIVE": Cause.UNKNOWN,
+}
+
+# The paper counts a failure when a job ends NODE_FAIL, or FAILED while a critical node
+# health check fired. Our equivalent of "a critical health check fired" is an attribution
+# that blames a node for a hardware or infrastructure reason: GPU, PCIe, IB, host, mounts,
+# driver, a failed health check. User-domain causes blame nodes too but are not failures.
+FAILURE_CAUSES = tuple(
+    info.cause.value
+    for info in CAUSES.values()
+    if info.blames_nodes and info.domain in (Domain.HARDWARE, Domain.INFRASTRUCTURE)
+)
+
+
+def state_name(state: JobState) -> str:
+    """Our state bucket for one of Slurm's job states."""
+    if state.value in ENDED_STATES:
+        return state.value
+    if state in _REQUEUED_LIKE:
+        return "REQUEUED"
+    if state in _ACTIVE:
+        return "ACTIVE"
+    return "OTHER"
+
+
+def default_cause_expr(state_column: str) -> pl.Expr:
+    """The cause a row gets from its state alone."""
+    mapping = {state: cause.value for state, cause in DEFAULT_CAUSE.items()}
+    return pl.col(state_column).cast(pl.String).replace_strict(mapping, return_dtype=pl.String)
+
+
+def domain_expr(cause_column: str) -> pl.Expr:
+    """The taxonomy domain of each row's cause."""
+    mapping = {info.cause.value: info.domain.value for info in CAUSES.values()}
+    return (
+        pl.col(cause_column)
+        .cast(pl.String)
+        .replace_strict(mapping, return_dtype=pl.String)
+        .cast(pl.Enum(DOMAIN_IDS))
+    )
+
+
+def is_failure_expr() -> pl.Expr:
+    """The paper's failure: NODE_FAIL, or not COMPLETED with a node-blaming infra cause."""
+    return (pl.col("state") == "NODE_FAIL") | (
+        (pl.col("state") != "COMPLETED")
+        & pl.col("cause").cast(pl.String).is_in(FAILURE_CAUSES)
+    )

@@ -1,0 +1,240 @@
+"""`attribute(facts) -> Attribution`: one cause for why a job ended. Pure: no I/O, no clock.
+
+The taxonomy's five rules, in the order they apply:
+5. The window: facts timed outside [end - 10 min, end + 5 min] are dropped first (facts with
+   no time are kept: a dmesg stamp since boot cannot be placed, and dropping it would lose
+   the XID that killed the job).
+4. Success is success: state COMPLETED with every exit 0 (or, with no state, every exit 0)
+   is `completed`, whatever the log says (benign OOM retries, a printed "Xid").
+1. Hardware beats its symptoms: each node's best finding is taken by tier (findings.py), so
+   a kernel XID 48 outranks the "illegal memory access" the job printed on that node.
+2. A root cause beats the cascade: across nodes the highest tier wins, then the earliest
+   time; NCCL timeouts and remote errors are symptom-tier, so one node's real error beats
+   every other node's NCCL noise, and only that node is blamed.
+3. Only root-collected evidence makes `root_backed` true, and only then may a node be drained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_triage.attribution.findings import FALLBACK, ROOT_HW, SYMPTOM, Finding, findings_for
+from slurm_triage.evidence import Fact, ProcessExit, SlurmState, fact_to_dict
+from slurm_triage.evidence.facts import JobState
+from slurm_triage.taxonomy import Action, Cause, Condition, Domain, info
+
+WINDOW_BEFORE_S = 600.0
+WINDOW_AFTER_S = 300.0
+# Two nodes' copies of the same error within this many seconds are one event, both blamed.
+SAME_EVENT_S = 5.0
+MAX_EVIDENCE = 20
+UNKNOWN_CONFIDENCE = 0.2
+_INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Window:
+    """The span of time in which evidence counts for a job (epoch seconds, inclusive)."""
+
+    start: float
+    end: float
+
+    def __post_init__(self) -> None:
+        if self.start > self.end:
+            raise ValueError(f"window start {self.start} is after its end {self.end}")
+
+    def contains(self, when: float) -> bool:
+        return self.start <= when <= self.end
+
+
+def job_window(end_time: float) -> Window:
+    """Rule 5's window for a job that ended at `end_time`: 10 minutes before to 5 after."""
+    return Window(end_time - WINDOW_BEFORE_S, end_time + WINDOW_AFTER_S)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Why a job ended: one cause, what to do, whom to blame, how sure, and on what evidence.
+
+    `root_backed` is True only when every blamed node has root-collected evidence of a
+    hardware or infrastructure fault: the one condition under which a node may be drained.
+    """
+
+    cause: Cause
+    domain: Domain
+    action: Action
+    condition: Condition
+    nodes: tuple[str, ...]
+    confidence: float
+    root_backed: bool
+    evidence: tuple[Fact, ...]
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; `evidence` is the list of facts in the record format."""
+        return {
+            "cause": self.cause.value,
+            "domain": self.domain.value,
+            "action": self.action.value,
+            "action_condition": self.condition.value,
+            "action_text": info(self.cause).action_text,
+            "nodes": list(self.nodes),
+            "confidence": round(self.confidence, 3),
+            "root_backed": self.root_backed,
+            "reason": self.reason,
+            "evidence": [fact_to_dict(f) for f in self.evidence],
+        }
+
+
+def attribute(facts: Iterable[Fact], *, window: Window | None = None) -> Attribution:
+    """Attribute one cause to the job these facts describe (see the module doc for rules)."""
+    kept = [f for f in facts if window is None or f.time is None or window.contains(f.time)]
+    completed = _completed(kept)
+    if completed is not None:
+        return completed
+    found = [fd for i, fact in enumerate(kept) for fd in findings_for(fact, i)]
+    if not found:
+        return _unknown(kept, [])
+    per_node: dict[str | None, Finding] = {}
+    for finding in found:
+        best = per_node.get(finding.node)
+        if best is None or _node_rank(finding) > _node_rank(best):
+            per_node[finding.node] = finding
+    winner = min(per_node.values(), key=_cross_rank)
+    if winner.cause is Cause.UNKNOWN:
+        return _unknown(kept, [f for f in found if f.cause is Cause.UNKNOWN])
+    return _verdict(winner, per_node, found)
+
+
+def _node_rank(f: Finding) -> tuple[int, bool, int, float, float, str, str]:
+    """Within one node: strongest tier, then the root exception, precedence, confidence,
+    earliest; the cause and reason only break exact ties, so fact order never matters."""
+    when = -f.time if f.time is not None else -_INF
+    return f.tier, f.final, f.precedence, f.confidence, when, f.cause.value, f.why
+
+
+def _cross_rank(f: Finding) -> tuple[int, float, int, float, str]:
+    """Across nodes (smaller first): strongest tier, then earliest, precedence, confidence."""
+    when = f.time if f.time is not None else _INF
+    return -f.tier, when, -f.precedence, -f.confidence, f.node or ""
+
+
+def _completed(facts: list[Fact]) -> Attribution | None:
+    states = [f for f in facts if isinstance(f, SlurmState)]
+    exits = [f for f in facts if isinstance(f, ProcessExit)]
+    if any(e.failed() for e in exits):
+        return None
+    if any(s.state is JobState.COMPLETED for s in states):
+        confidence, why = 1.0, "Slurm state COMPLETED with exit 0"
+    elif not states and exits:
+        confidence, why = 0.9, "every process exited 0"
+    else:
+        return None
+    used = tuple(f for f in facts if isinstance(f, SlurmState | ProcessExit))
+    return _make(Cause.COMPLETED, (), confidence, False, used, why)
+
+
+def _unknown(facts: list[Fact], found: list[Finding]) -> Attribution:
+    used = tuple(f.fact for f in found) or tuple(
+        f for f in facts if isinstance(f, SlurmState | ProcessExit)
+    )
+    failed = [f.why for f in found if f.tier == FALLBACK]
+    if failed:
+        why = f"{', '.join(dict.fromkeys(failed))}, with no recognisable evidence"
+    elif found:
+        why = f"only unspecific errors: {found[0].why}"
+    else:
+        why = "no evidence of failure or success"
+    confidence = UNKNOWN_CONFIDENCE if used else UNKNOWN_CONFIDENCE / 2
+    return _make(Cause.UNKNOWN, (), confidence, False, used[:MAX_EVIDENCE], why)
+
+
+def _verdict(
+    winner: Finding, per_node: dict[str | None, Finding], found: list[Finding]
+) -> Attribution:
+    nodes = _blamed(winner, per_node)
+    support = [f for f in found if f.cause is winner.cause and (not nodes or f.node in nodes)]
+    support.sort(key=lambda f: f.index)
+    evidence = tuple(dict.fromkeys(f.fact for f in support))[:MAX_EVIDENCE]
+    backed = bool(nodes) and info(winner.cause).domain in (Domain.HARDWARE, Domain.INFRASTRUCTURE)
+    backed = backed and all(any(f.drainable and f.node == n for f in support) for n in nodes)
+    reason = (f"on {', '.join(nodes)}: " if nodes else "") + winner.why
+    reason += _cascade_note(winner, per_node, nodes)
+    return _make(winner.cause, nodes, _confidence(winner, support), backed, evidence, reason)
+
+
+def _blamed(winner: Finding, per_node: dict[str | None, Finding]) -> tuple[str, ...]:
+    """Nodes whose best finding is the winning cause, at the strongest tier any of them has.
+
+    The winner itself may be job-wide (state OUT_OF_MEMORY): then the nodes that show the
+    same cause in their own evidence (srun's "Out Of Memory" for node02) are the ones blamed.
+    """
+    if not info(winner.cause).blames_nodes:
+        return ()
+    same = [
+        f for n, f in per_node.items() if n and f.cause is winner.cause and _same_event(winner, f)
+    ]
+    if not same:
+        return ()
+    top = max(f.tier for f in same)
+    return tuple(sorted({f.node for f in same if f.tier == top and f.node}))
+
+
+def _same_event(winner: Finding, other: Finding) -> bool:
+    # Each node with a hardware fault is faulty in its own right; softer errors only count
+    # as the same event when they happened together.
+    if winner.tier >= ROOT_HW or winner.time is None or other.time is None:
+        return True
+    return other.time - winner.time <= SAME_EVENT_S
+
+
+def _confidence(winner: Finding, support: list[Finding]) -> float:
+    """The winner's confidence, +0.05 per further independent channel that agrees (max +0.1)."""
+    channels = {(f.fact.KIND, f.fact.source) for f in support}
+    bonus = min(0.1, 0.05 * (len(channels) - 1))
+    return min(0.99, winner.confidence + bonus)
+
+
+def _cascade_note(
+    winner: Finding, per_node: dict[str | None, Finding], nodes: tuple[str, ...]
+) -> str:
+    note = ""
+    for label, symptom in (("symptoms on", True), ("lesser evidence on", False)):
+        others = sorted(
+            (n, f.cause.value)
+            for n, f in per_node.items()
+            if n
+            and n not in nodes
+            and f.cause is not winner.cause
+            and (f.tier <= SYMPTOM) is symptom
+            and f.tier <= winner.tier
+        )
+        if others:
+            shown = ", ".join(f"{n} ({c})" for n, c in others[:5])
+            more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+            note += f"; {label} {shown}{more}"
+    return note
+
+
+def _make(
+    cause: Cause,
+    nodes: tuple[str, ...],
+    confidence: float,
+    backed: bool,
+    evidence: tuple[Fact, ...],
+    reason: str,
+) -> Attribution:
+    row = info(cause)
+    return Attribution(
+        cause,
+        row.domain,
+        row.action,
+        row.condition,
+        nodes,
+        round(min(1.0, max(0.0, confidence)), 3),
+        backed,
+        evidence,
+        reason,
+    )

@@ -1,0 +1,343 @@
+"""What each fact says about the cause: fact → zero or more `Finding`s (pure).
+
+A finding is a candidate cause on one node with a tier (how strong this kind of evidence is;
+higher beats lower on any node), a precedence (orders hardware causes on one node), a time,
+and a confidence. The tiers encode the taxonomy's rules:
+
+    60  root-collected hardware/infrastructure fault (kernel log, NVML, failed health check)
+    50  Slurm's own decision (state TIMEOUT, PREEMPTED, CANCELLED, NODE_FAIL, OUT_OF_MEMORY)
+    45  the wrapper ended the job for lack of progress (hang)
+    40  a hardware/infrastructure fault named only by user-collected evidence
+    30  a real error of the job (CUDA OOM, illegal access, ENOSPC, a traceback, SIGSEGV)
+    12  a non-decisive driver/hardware XID (a warning the catalogue says to watch)
+    10  a symptom: NCCL timeouts and remote errors, "CUDA error: unknown error"
+     5  a weak reading: SIGABRT, an abort banner, application XIDs that follow a fault
+     1  a failure with no meaning: non-zero exit, state FAILED, SIGKILL
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_triage.attribution import xid as xids
+from slurm_triage.attribution.signatures import BY_NAME, Role, classify_exception
+from slurm_triage.evidence import (
+    CheckStatus,
+    Fact,
+    HealthCheck,
+    JobState,
+    KernelEvent,
+    KernelEventKind,
+    LogHit,
+    NvmlCondition,
+    NvmlFact,
+    ProcessExit,
+    RootException,
+    SlurmState,
+    Source,
+    Stall,
+    signal_name,
+)
+from slurm_triage.taxonomy import Cause, Domain, info
+
+ROOT_HW, SCHEDULER, HANG, USER_HW, ERROR, WARNING, SYMPTOM, WEAK, FALLBACK = (
+    60,
+    50,
+    45,
+    40,
+    30,
+    12,
+    10,
+    5,
+    1,
+)
+# Orders hardware causes found on one node: the XID catalogue refines it (XID 119 beats 79).
+PRECEDENCE = {
+    Cause.GPU_UNAVAILABLE: 80,
+    Cause.GPU_MEMORY: 70,
+    Cause.GPU_NVLINK: 60,
+    Cause.PCIE: 50,
+    Cause.HOST_HARDWARE: 45,
+    Cause.GPU_DRIVER: 40,
+    Cause.THERMAL: 35,
+    Cause.INFINIBAND: 30,
+    Cause.FILESYSTEM: 25,
+    Cause.HEALTH_CHECK: 20,
+    Cause.NODE_FAILURE: 10,
+}
+_CRASH_SIGNALS = {4, 7, 8, 11}  # SIGILL, SIGBUS, SIGFPE, SIGSEGV
+_SIGABRT = 6
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One candidate cause on one node, and the fact it rests on."""
+
+    cause: Cause
+    tier: int
+    confidence: float
+    fact: Fact
+    index: int
+    why: str
+    precedence: int = 0
+    final: bool = False
+    drainable: bool = False
+    job_wide: bool = False
+
+    @property
+    def node(self) -> str | None:
+        """The node this finding blames; None for job-wide ones (Slurm's own decisions)."""
+        return None if self.job_wide else self.fact.node
+
+    @property
+    def time(self) -> float | None:
+        return self.fact.time
+
+
+def findings_for(fact: Fact, index: int) -> list[Finding]:
+    """Every finding `fact` supports (none for facts that explain nothing)."""
+    handler = _HANDLERS.get(type(fact))
+    return handler(fact, index) if handler else []
+
+
+def _hardware(
+    cause: Cause,
+    fact: Fact,
+    index: int,
+    why: str,
+    precedence: int | None = None,
+) -> Finding:
+    root = fact.source is Source.ROOT
+    return Finding(
+        cause,
+        ROOT_HW if root else USER_HW,
+        0.95 if root else 0.75,
+        fact,
+        index,
+        why,
+        PRECEDENCE.get(cause, 0) if precedence is None else precedence,
+        drainable=root,
+    )
+
+
+def _process_exit(fact: ProcessExit, index: int) -> list[Finding]:
+    if not fact.failed():
+        return []
+    sig = fact.death_signal()
+    if sig is not None:
+        return [_signal_finding(sig, fact, index, "process")]
+    return [Finding(Cause.UNKNOWN, FALLBACK, 0.2, fact, index, f"exit code {fact.exit_code}")]
+
+
+def _signal_finding(sig: int, fact: Fact, index: int, who: str) -> Finding:
+    why = f"{who} killed by {signal_name(sig)}"
+    if sig in _CRASH_SIGNALS:
+        return Finding(Cause.SEGFAULT, ERROR, 0.6, fact, index, why)
+    if sig == _SIGABRT:
+        return Finding(Cause.SEGFAULT, WEAK, 0.5, fact, index, why)
+    return Finding(Cause.UNKNOWN, FALLBACK, 0.2, fact, index, why)
+
+
+_STATE_CAUSES = {
+    JobState.CANCELLED: (Cause.CANCELLED, 0.9),
+    JobState.DEADLINE: (Cause.CANCELLED, 0.8),
+    JobState.TIMEOUT: (Cause.TIMEOUT, 0.9),
+    JobState.PREEMPTED: (Cause.PREEMPTED, 0.9),
+    JobState.OUT_OF_MEMORY: (Cause.HOST_OOM, 0.9),
+    JobState.NODE_FAIL: (Cause.NODE_FAILURE, 0.8),
+    JobState.BOOT_FAIL: (Cause.NODE_FAILURE, 0.8),
+    JobState.LAUNCH_FAILED: (Cause.HEALTH_CHECK, 0.7),
+}
+
+
+def _slurm_state(fact: SlurmState, index: int) -> list[Finding]:
+    why = f"Slurm state {fact.state.value}"
+    if fact.by_uid is not None:
+        why += f" by uid {fact.by_uid}"
+    if fact.state is JobState.FAILED:
+        return [Finding(Cause.UNKNOWN, FALLBACK, 0.2, fact, index, why)]
+    if fact.state not in _STATE_CAUSES:
+        return []
+    cause, confidence = _STATE_CAUSES[fact.state]
+    drainable = fact.source is Source.ROOT and info(cause).domain is Domain.HARDWARE
+    return [
+        Finding(
+            cause,
+            SCHEDULER,
+            confidence,
+            fact,
+            index,
+            why,
+            PRECEDENCE.get(cause, 0),
+            drainable=drainable,
+        )
+    ]
+
+
+_KERNEL_CAUSES = {
+    KernelEventKind.FALLEN_OFF_BUS: Cause.GPU_UNAVAILABLE,
+    KernelEventKind.AER_UNCORRECTED: Cause.PCIE,
+    KernelEventKind.MCE: Cause.HOST_HARDWARE,
+    KernelEventKind.EDAC_UE: Cause.HOST_HARDWARE,
+    KernelEventKind.KERNEL_PANIC: Cause.HOST_HARDWARE,
+    KernelEventKind.IB_LINK_DOWN: Cause.INFINIBAND,
+    KernelEventKind.FS_UNRESPONSIVE: Cause.FILESYSTEM,
+}
+
+
+def _kernel_event(fact: KernelEvent, index: int) -> list[Finding]:
+    where = f" on {fact.pci_bus_id}" if fact.pci_bus_id else ""
+    if fact.event is KernelEventKind.XID and fact.xid is not None:
+        return _xid(fact.xid, fact.detail, fact, index, f"kernel log: XID {fact.xid}{where}")
+    if fact.event is KernelEventKind.OOM_KILL:
+        return [
+            Finding(Cause.HOST_OOM, ERROR, 0.9, fact, index, f"kernel OOM killer ({fact.detail})")
+        ]
+    cause = _KERNEL_CAUSES.get(fact.event)
+    if cause is None:
+        return []
+    return [
+        _hardware(cause, fact, index, f"kernel log: {fact.event.value.replace('_', ' ')}{where}")
+    ]
+
+
+def _xid(number: int, text: str, fact: Fact, index: int, why: str) -> list[Finding]:
+    row = xids.lookup(number, text)
+    why = f"{why} ({row.meaning})"
+    if row.origin is xids.Origin.APP:
+        tier = ERROR if row.decisive else WEAK
+        return [Finding(row.cause, tier, 0.8 if row.decisive else 0.4, fact, index, why)]
+    if row.decisive:
+        return [_hardware(row.cause, fact, index, why, row.precedence)]
+    if row.origin is xids.Origin.SIDE_EFFECT:
+        return []
+    return [Finding(row.cause, WARNING, 0.6, fact, index, why, row.precedence)]
+
+
+_NVML_CAUSES = {
+    NvmlCondition.GPU_LOST: Cause.GPU_UNAVAILABLE,
+    NvmlCondition.GPU_MISSING: Cause.GPU_UNAVAILABLE,
+    NvmlCondition.ECC_UNCORRECTED: Cause.GPU_MEMORY,
+    NvmlCondition.ROW_REMAP_PENDING: Cause.GPU_MEMORY,
+    NvmlCondition.ROW_REMAP_FAILURE: Cause.GPU_MEMORY,
+    NvmlCondition.RETIRED_PAGES_PENDING: Cause.GPU_MEMORY,
+    NvmlCondition.NVLINK_DOWN: Cause.GPU_NVLINK,
+    NvmlCondition.NVLINK_ERRORS: Cause.GPU_NVLINK,
+    NvmlCondition.PCIE_DEGRADED: Cause.PCIE,
+    NvmlCondition.THERMAL_SLOWDOWN: Cause.THERMAL,
+    NvmlCondition.POWER_BRAKE: Cause.THERMAL,
+    NvmlCondition.INIT_FAILED: Cause.GPU_DRIVER,
+    NvmlCondition.DRIVER_MISMATCH: Cause.GPU_DRIVER,
+    NvmlCondition.RESET_REQUIRED: Cause.GPU_DRIVER,
+}
+
+
+def _nvml(fact: NvmlFact, index: int) -> list[Finding]:
+    gpu = f" on GPU {fact.gpu}" if fact.gpu else ""
+    if fact.condition is NvmlCondition.XID_EVENT and fact.value is not None:
+        return _xid(fact.value, fact.detail, fact, index, f"NVML event: XID {fact.value}{gpu}")
+    if fact.condition is NvmlCondition.RECOVERY_ACTION:
+        if not fact.value:
+            return []
+        return [
+            _hardware(Cause.GPU_DRIVER, fact, index, f"NVML recovery action {fact.value}{gpu}", 10)
+        ]
+    cause = _NVML_CAUSES.get(fact.condition)
+    if cause is None:
+        return []
+    return [_hardware(cause, fact, index, f"NVML: {fact.condition.value.replace('_', ' ')}{gpu}")]
+
+
+def _health_check(fact: HealthCheck, index: int) -> list[Finding]:
+    if fact.status is not CheckStatus.FAIL:
+        return []
+    cause = fact.cause or Cause.HEALTH_CHECK
+    why = f"health check {fact.check} failed" + (f": {fact.reason}" if fact.reason else "")
+    found = _hardware(cause, fact, index, why)
+    return [
+        found
+        if info(cause).domain is not Domain.USER
+        else Finding(cause, ERROR, 0.8, fact, index, why)
+    ]
+
+
+def _default_role(cause: Cause) -> Role:
+    domain = info(cause).domain
+    if cause in (Cause.NETWORK, Cause.NCCL_TIMEOUT) or domain is Domain.UNKNOWN:
+        return Role.SYMPTOM
+    return {
+        Domain.HARDWARE: Role.INFRA,
+        Domain.INFRASTRUCTURE: Role.INFRA,
+        Domain.SCHEDULER: Role.SCHEDULER,
+        Domain.USER: Role.ERROR,
+    }.get(domain, Role.INFO)
+
+
+_ROLE_CONFIDENCE = {
+    Role.SCHEDULER: 0.85,
+    Role.INFRA: 0.7,
+    Role.ERROR: 0.8,
+    Role.SYMPTOM: 0.6,
+    Role.WEAK: 0.5,
+}
+
+
+def _log_hit(fact: LogHit, index: int) -> list[Finding]:
+    sig = BY_NAME.get(fact.signature)
+    cause, role = (sig.cause, sig.role) if sig else (fact.cause, _default_role(fact.cause))
+    if role is Role.INFO:
+        return []
+    precedence = sig.precedence if sig else PRECEDENCE.get(cause, 0)
+    times = f" ({fact.count}x)" if fact.count > 1 else ""
+    # slurmstepd prints its banner on the batch host, which is not the node it is about.
+    return [
+        Finding(
+            cause,
+            int(role),
+            _ROLE_CONFIDENCE[role],
+            fact,
+            index,
+            f"log: {fact.signature}{times}: {fact.excerpt[:160]}",
+            precedence,
+            job_wide=role is Role.SCHEDULER,
+        )
+    ]
+
+
+def _root_exception(fact: RootException, index: int) -> list[Finding]:
+    short = fact.exc_type.rsplit(".", 1)[-1]
+    rank = f" (rank {fact.rank})" if fact.rank is not None else ""
+    if short == "ChildFailedError":
+        return (
+            []
+            if fact.signal is None
+            else [_signal_finding(fact.signal, fact, index, f"child{rank}")]
+        )
+    cause, role, name = classify_exception(fact.exc_type, fact.message)
+    if role is Role.INFO:
+        return []
+    confidence = 0.85 if name.startswith("exception") else min(0.9, _ROLE_CONFIDENCE[role] + 0.1)
+    why = f"root exception{rank}: {short}: {fact.message[:160]}".rstrip(": ")
+    return [
+        Finding(
+            cause, int(role), confidence, fact, index, why, PRECEDENCE.get(cause, 0), final=True
+        )
+    ]
+
+
+def _stall(fact: Stall, index: int) -> list[Finding]:
+    return [Finding(Cause.HANG, HANG, 0.8, fact, index, f"no progress for {fact.idle_s:.0f} s")]
+
+
+_HANDLERS: dict[type, Callable[[Any, int], list[Finding]]] = {
+    ProcessExit: _process_exit,
+    SlurmState: _slurm_state,
+    KernelEvent: _kernel_event,
+    NvmlFact: _nvml,
+    HealthCheck: _health_check,
+    LogHit: _log_hit,
+    RootException: _root_exception,
+    Stall: _stall,
+}

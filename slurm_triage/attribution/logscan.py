@@ -1,0 +1,228 @@
+"""Scan the tail of a job's stdout/stderr for known signatures and the root exception.
+
+Bounded by construction: `read_tail` seeks to the last `max_bytes` of a file of any size and
+never reads more; decoding replaces invalid UTF-8; NUL runs (the hole a crashed node leaves
+in a file on NFS or Lustre) are dropped; a line longer than `max_line_chars` keeps its head
+and its tail. `scan_lines` is pure: lines in, facts out.
+
+Timestamps: a hit takes the time printed on its own line or on one of the three lines before
+it (Python logging's `2024-11-21 10:00:00,123`, glog's `E1121 10:00:00.123456` as PyTorch's
+C++ side prints it, torchrun's `2024-11-21_10:00:05`). Naive times are read in `tz`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import stat
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+
+from slurm_triage.attribution import signatures, tracebacks
+from slurm_triage.errors import TriageError
+from slurm_triage.evidence import Fact, LogHit, RootException, Source
+
+DEFAULT_TAIL_BYTES = 4 << 20
+MAX_LINE_CHARS = 8192
+MAX_EXCERPT_CHARS = 300
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ISO = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?"
+)
+_GLOG = re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
+_TIME_LOOKBACK = 3
+
+
+class LogReadError(TriageError):
+    """A log file could not be read; one line naming the file and why."""
+
+
+def read_tail(
+    path: str | os.PathLike[str], max_bytes: int = DEFAULT_TAIL_BYTES
+) -> tuple[bytes, bool]:
+    """The last `max_bytes` of a regular file, and whether that is the whole file.
+
+    Refuses FIFOs, devices and directories (reading one could block or never end).
+    """
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise LogReadError(f"{path}: not a regular file")
+            start = max(0, info.st_size - max_bytes)
+            handle.seek(start)
+            return handle.read(max_bytes), start == 0
+    except LogReadError:
+        raise
+    except OSError as exc:
+        raise LogReadError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def decode_tail(
+    data: bytes, *, whole_file: bool, max_line_chars: int = MAX_LINE_CHARS
+) -> list[str]:
+    """Bytes → lines: tolerant decoding, ANSI codes and NULs removed, long lines shortened.
+
+    When the tail starts mid-file its first, partial line is dropped (unless it is the only
+    one: a single 50 MB line still yields its end).
+    """
+    data = data.replace(b"\x00", b"")
+    if not whole_file:
+        cut = data.find(b"\n")
+        if 0 <= cut < len(data) - 1:
+            data = data[cut + 1 :]
+    text = data.decode("utf-8", errors="replace")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    # \r too: progress bars redraw with it and would otherwise make one endless line.
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    half = max_line_chars // 2
+    return [ln if len(ln) <= max_line_chars else f"{ln[:half]} ... {ln[-half:]}" for ln in lines]
+
+
+def scan_lines(
+    lines: list[str],
+    *,
+    node: str | None,
+    source: Source = Source.USER,
+    year: int | None = None,
+    tz: tzinfo | None = UTC,
+) -> list[Fact]:
+    """Signature hits (one fact per signature and node, with its count) and the root exception."""
+    year = year or datetime.now(UTC).year
+    facts: list[Fact] = list(_hits(lines, node, source, year, tz))
+    root = tracebacks.find_root(lines)
+    if root is not None:
+        facts.append(_root_fact(root, lines, node, source, year, tz))
+    return facts
+
+
+def scan_file(
+    path: str | os.PathLike[str],
+    *,
+    node: str | None,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+    source: Source = Source.USER,
+    year: int | None = None,
+    tz: tzinfo | None = UTC,
+) -> list[Fact]:
+    """`scan_lines` over the tail of the file at `path`; LogReadError if it cannot be read."""
+    data, whole = read_tail(Path(path), tail_bytes)
+    return scan_lines(
+        decode_tail(data, whole_file=whole), node=node, source=source, year=year, tz=tz
+    )
+
+
+def _hits(
+    lines: list[str], node: str | None, source: Source, year: int, tz: tzinfo | None
+) -> list[LogHit]:
+    text = "\n".join(lines)
+    starts = _line_starts(lines)
+    found: dict[tuple[str, str | None], LogHit] = {}
+    for start, end in signatures.candidate_spans(text):
+        line = text[start:end]
+        index = _index_of(starts, start)
+        for sig, match in signatures.match_line(line):
+            where = _short_host(match.groupdict().get("host")) or node
+            key = (sig.name, where)
+            count = found[key].count + 1 if key in found else 1
+            found[key] = LogHit(
+                node=where,
+                time=_time_near(lines, index, year, tz),
+                source=source,
+                signature=sig.name,
+                cause=sig.cause,
+                excerpt=_excerpt(line, match),
+                count=count,
+            )
+    return sorted(found.values(), key=lambda h: (h.signature, h.node or ""))
+
+
+def _root_fact(
+    root: tracebacks.Root,
+    lines: list[str],
+    node: str | None,
+    source: Source,
+    year: int,
+    tz: tzinfo | None,
+) -> RootException:
+    when = _parse_time(root.time_text, year, tz) if root.time_text else None
+    if when is None:
+        when = _time_near(lines, root.exc.index, year, tz)
+    if when is None and 0 <= root.exc.header < len(lines):
+        # A traceback has no time of its own; the log line just before it usually has.
+        when = _time_near(lines, root.exc.header, year, tz)
+    return RootException(
+        node=node or _short_host(root.host),
+        time=when,
+        source=source,
+        exc_type=root.exc.exc_type[:200],
+        message=root.exc.message,
+        rank=root.rank,
+        exit_code=root.exit_code,
+        signal=root.signal,
+    )
+
+
+def _line_starts(lines: list[str]) -> list[int]:
+    starts, offset = [], 0
+    for line in lines:
+        starts.append(offset)
+        offset += len(line) + 1
+    return starts
+
+
+def _index_of(starts: list[int], offset: int) -> int:
+    return bisect.bisect_right(starts, offset) - 1
+
+
+def _time_near(lines: list[str], index: int, year: int, tz: tzinfo | None) -> float | None:
+    for i in range(index, max(-1, index - _TIME_LOOKBACK - 1), -1):
+        when = _parse_time(lines[i][:200], year, tz)
+        if when is not None:
+            return when
+    return None
+
+
+def _parse_time(text: str, year: int, tz: tzinfo | None) -> float | None:
+    """Epoch seconds of the first ISO-like or glog timestamp in `text`, else None."""
+    try:
+        if found := _ISO.search(text):
+            y, mo, d, h, mi, s = (int(g) for g in found.groups()[:6])
+            frac = float(f"0.{found.group(7)}") if found.group(7) else 0.0
+            zone = _zone(found.group(8)) or tz
+            return _epoch(datetime(y, mo, d, h, mi, s), zone) + frac
+        if found := _GLOG.search(text):
+            mo, d, h, mi, s = (int(g) for g in found.groups()[:5])
+            frac = float(f"0.{found.group(6)}") if found.group(6) else 0.0
+            return _epoch(datetime(year, mo, d, h, mi, s), tz) + frac
+    except ValueError:  # 2024-13-45: looks like a time, is not one
+        return None
+    return None
+
+
+def _zone(text: str | None) -> tzinfo | None:
+    if not text:
+        return None
+    if text == "Z":
+        return UTC
+    return datetime.strptime(text.replace(":", ""), "%z").tzinfo
+
+
+def _epoch(moment: datetime, tz: tzinfo | None) -> float:
+    """Naive `moment` read in `tz` (None: the local zone) as epoch seconds."""
+    return moment.replace(tzinfo=tz).timestamp() if tz is not None else moment.timestamp()
+
+
+def _excerpt(line: str, match: re.Match[str]) -> str:
+    line = line.strip()
+    if len(line) <= MAX_EXCERPT_CHARS:
+        return line
+    start = max(0, min(match.start(), len(line) - MAX_EXCERPT_CHARS))
+    return line[start : start + MAX_EXCERPT_CHARS]
+
+
+def _short_host(host: str | None) -> str | None:
+    """Slurm node names are short: `node02.cluster.local` → `node02`."""
+    return host.split(".", 1)[0] if host else None

@@ -1,0 +1,282 @@
+"""The facts attribution reasons over: typed, frozen, each with its node, time and collector.
+
+A fact says what was observed, not what it means: `attribution` turns facts into a cause.
+Every fact carries `node` (the Slurm node name it concerns, None if job-wide or unknown),
+`time` (epoch seconds when known; None is kept by the window rule) and `source`: USER when the
+job's own processes, wrapper or logs produced it, ROOT when root did (epilog, kernel log,
+NVML from the epilog, health checks). Only ROOT facts can make a node drainable.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar
+
+from slurm_triage.taxonomy import Cause
+
+
+class Source(StrEnum):
+    """Who collected a fact: the job's user, or root."""
+
+    USER = "user"
+    ROOT = "root"
+
+
+class JobState(StrEnum):
+    """Slurm job states (squeue/sacct long names); UNKNOWN for anything else."""
+
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    REQUEUED = "REQUEUED"
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+    LAUNCH_FAILED = "LAUNCH_FAILED"
+    RUNNING = "RUNNING"
+    PENDING = "PENDING"
+    SUSPENDED = "SUSPENDED"
+    UNKNOWN = "UNKNOWN"
+
+
+# squeue's compact codes, so `--state CA` works like `--state CANCELLED`.
+_STATE_CODES = {
+    "CD": JobState.COMPLETED,
+    "F": JobState.FAILED,
+    "CA": JobState.CANCELLED,
+    "TO": JobState.TIMEOUT,
+    "NF": JobState.NODE_FAIL,
+    "PR": JobState.PREEMPTED,
+    "OOM": JobState.OUT_OF_MEMORY,
+    "BF": JobState.BOOT_FAIL,
+    "DL": JobState.DEADLINE,
+    "RQ": JobState.REQUEUED,
+    "RH": JobState.REQUEUE_HOLD,
+    "SE": JobState.SPECIAL_EXIT,
+    "R": JobState.RUNNING,
+    "PD": JobState.PENDING,
+    "S": JobState.SUSPENDED,
+}
+
+
+def parse_job_state(text: str) -> tuple[JobState, int | None]:
+    """`"CANCELLED by 1234"` → (CANCELLED, 1234); ValueError naming the valid states."""
+    words = text.strip().split()
+    by_uid: int | None = None
+    if len(words) == 3 and words[1].lower() == "by" and words[2].isdigit():
+        by_uid = int(words[2])
+        words = words[:1]
+    name = words[0].upper().rstrip("+") if len(words) == 1 else ""
+    if name in _STATE_CODES:
+        return _STATE_CODES[name], by_uid
+    if name and name != "UNKNOWN" and name in JobState.__members__:
+        return JobState[name], by_uid
+    valid = ", ".join(s.value for s in JobState if s is not JobState.UNKNOWN)
+    raise ValueError(f"unknown Slurm job state {text!r} (valid: {valid}, or 'CANCELLED by UID')")
+
+
+def parse_signal(text: str) -> int:
+    """A signal number from `SIGSEGV`, `segv` or `11`; ValueError otherwise."""
+    value = text.strip()
+    if value.isdigit():
+        number = int(value)
+        if 1 <= number <= 64:
+            return number
+        raise ValueError(f"signal number {number} out of range 1-64")
+    name = value.upper()
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    try:
+        return int(_signal.Signals[name])
+    except KeyError:
+        raise ValueError(f"unknown signal {text!r} (use a name like SIGSEGV or a number)") from None
+
+
+def signal_name(number: int) -> str:
+    """`SIGSEGV` for 11; `signal 42` for numbers with no name."""
+    try:
+        return _signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fact:
+    """Base of all facts: the node it concerns, when it happened, and who collected it."""
+
+    KIND: ClassVar[str] = ""
+    node: str | None = None
+    time: float | None = None
+    source: Source = Source.USER
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessExit(Fact):
+    """How a process (the job step's task, or the wrapper's child) ended."""
+
+    KIND: ClassVar[str] = "process_exit"
+    exit_code: int | None = None
+    signal: int | None = None
+    core_dumped: bool = False
+    runtime_s: float | None = None
+
+    def death_signal(self) -> int | None:
+        """The signal that ended it: the explicit one, or 128+N / -N in the exit code."""
+        if self.signal:
+            return self.signal
+        code = self.exit_code
+        if code is not None and (-64 <= code < 0):
+            return -code
+        if code is not None and 129 <= code <= 128 + 64:
+            return code - 128
+        return None
+
+    def failed(self) -> bool:
+        """True when the process did not exit 0."""
+        return bool(self.signal) or (self.exit_code is not None and self.exit_code != 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmState(Fact):
+    """The job state Slurm recorded, and for CANCELLED the uid that cancelled it."""
+
+    KIND: ClassVar[str] = "slurm_state"
+    state: JobState
+    by_uid: int | None = None
+    reason: str = ""
+
+
+class KernelEventKind(StrEnum):
+    """What a kernel-log line reported."""
+
+    XID = "xid"
+    FALLEN_OFF_BUS = "fallen_off_bus"
+    AER_UNCORRECTED = "aer_uncorrected"
+    MCE = "mce"
+    EDAC_UE = "edac_ue"
+    KERNEL_PANIC = "kernel_panic"
+    OOM_KILL = "oom_kill"
+    IB_LINK_DOWN = "ib_link_down"
+    FS_UNRESPONSIVE = "fs_unresponsive"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelEvent(Fact):
+    """One event from a node's kernel log; `xid` and `pci_bus_id` (dddd:bb:dd) when known."""
+
+    KIND: ClassVar[str] = "kernel_event"
+    event: KernelEventKind
+    xid: int | None = None
+    pci_bus_id: str | None = None
+    detail: str = ""
+
+
+class NvmlCondition(StrEnum):
+    """A GPU condition read through NVML (by the wrapper or the epilog)."""
+
+    GPU_LOST = "gpu_lost"
+    GPU_MISSING = "gpu_missing"
+    XID_EVENT = "xid_event"
+    ECC_UNCORRECTED = "ecc_uncorrected"
+    ROW_REMAP_PENDING = "row_remap_pending"
+    ROW_REMAP_FAILURE = "row_remap_failure"
+    RETIRED_PAGES_PENDING = "retired_pages_pending"
+    NVLINK_DOWN = "nvlink_down"
+    NVLINK_ERRORS = "nvlink_errors"
+    PCIE_DEGRADED = "pcie_degraded"
+    THERMAL_SLOWDOWN = "thermal_slowdown"
+    POWER_BRAKE = "power_brake"
+    INIT_FAILED = "init_failed"
+    DRIVER_MISMATCH = "driver_mismatch"
+    RESET_REQUIRED = "reset_required"
+    RECOVERY_ACTION = "recovery_action"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NvmlFact(Fact):
+    """An NVML observation about one GPU; `value` is the XID, count or action code if any."""
+
+    KIND: ClassVar[str] = "nvml"
+    condition: NvmlCondition
+    gpu: str | None = None
+    value: int | None = None
+    detail: str = ""
+
+
+class CheckStatus(StrEnum):
+    """A health check's verdict (the same closed set the health checks use)."""
+
+    OK = "OK"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    UNKNOWN = "UNKNOWN"
+    SKIPPED = "SKIPPED"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HealthCheck(Fact):
+    """A health check's result on a node; `cause` names the fault it found, if specific."""
+
+    KIND: ClassVar[str] = "health_check"
+    check: str
+    status: CheckStatus
+    reason: str = ""
+    cause: Cause | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogHit(Fact):
+    """A known signature matched in a job's stdout/stderr tail; `count` lines matched it."""
+
+    KIND: ClassVar[str] = "log_signature"
+    signature: str
+    cause: Cause
+    excerpt: str = ""
+    count: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RootException(Fact):
+    """The root exception of the last Python traceback in a log.
+
+    For a torchrun `ChildFailedError` it is the summary's "Root Cause (first observed
+    failure)": the failed rank, its exit code, and the signal when it died of one.
+    """
+
+    KIND: ClassVar[str] = "root_exception"
+    exc_type: str
+    message: str = ""
+    rank: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stall(Fact):
+    """The wrapper saw no progress for `idle_s` seconds and ended the job."""
+
+    KIND: ClassVar[str] = "stall"
+    idle_s: float
+
+
+FACT_TYPES: dict[str, type[Fact]] = {
+    cls.KIND: cls
+    for cls in (
+        ProcessExit,
+        SlurmState,
+        KernelEvent,
+        NvmlFact,
+        HealthCheck,
+        LogHit,
+        RootException,
+        Stall,
+    )
+}
