@@ -86,7 +86,10 @@ def test_slurm_conf_programs_exit_0_with_a_log_line(program: str, tmp_path: Path
     """Each slurm.conf program runs without arguments, exits 0 and logs a JSON line."""
     log = tmp_path / "triage.log"
     config = tmp_path / "c.toml"
-    config.write_text(f'[logging]\ndestination = "file"\nfile = "{log}"\n')
+    # A node with no GPUs expected and nothing else required is healthy.
+    config.write_text(f'[logging]\ndestination = "file"\nfile = "{log}"\n'
+                      f'[paths]\nstate_dir = "{tmp_path}/state"\n'
+                      "[health]\nexpected_gpus = 0\n")
     result = _run(
         [str(BIN / program)],
         {"SLURM_TRIAGE_CONFIG": str(config), "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2"},
@@ -95,6 +98,24 @@ def test_slurm_conf_programs_exit_0_with_a_log_line(program: str, tmp_path: Path
     line = json.loads(log.read_text().splitlines()[-1])
     assert line["event"] == "role_done" and line["job_id"] == "42" and line["node"] == "node2"
     assert line["program"] == program
+
+
+def test_prolog_fails_on_a_node_with_a_lost_gpu(tmp_path: Path) -> None:
+    """On a (simulated) node whose GPU fell off the bus the prolog exits 1, even when Slurm
+    cannot be reached to drain it, so Slurm itself keeps the job off the node."""
+    from slurm_triage.simulate.estate import NodeEstate, inject
+
+    sim = tmp_path / "sim"
+    inject(NodeEstate(sim, "node2").ensure(), "xid", 79, gpu=3)
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}"\n'
+        f'attempts = 1\n[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
+        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n')
+    result = _run([str(BIN / "slurm-triage-prolog")],
+                  {"SLURM_TRIAGE_CONFIG": str(config), "SLURMD_NODENAME": "node2"})
+    assert result.returncode == 1
+    assert "gpu.lost" in result.stderr and "health_slurm_unreachable" in result.stderr
 
 
 def test_slurm_conf_program_survives_broken_config(tmp_path: Path) -> None:
