@@ -1,1 +1,4 @@
-"""Benchmarks: each `bench_*.py` module has a `main()` that prints its figures."""
+"""Benchmarks: `python -m bench` (or `make bench`) runs every `bench_*.py` module's `main()`.
+
+Benchmarks print figures; they are not tests and assert nothing.
+"""

@@ -121,6 +121,25 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
+class WrapperConfig:
+    """`slurm-triage wrap`: the supervisor researchers put under srun."""
+
+    # Bytes of the tail of each of stdout and stderr kept in memory for attribution.
+    tail_bytes: int = field(default=1 << 20, metadata=_range(4096, 1 << 30))
+    # SIGKILL the command this long after a SIGTERM; keep it below Slurm's KillWait.
+    kill_grace_s: float = field(default=25.0, metadata=_range(0, 3600))
+    # No output and no heartbeat-file touch for this long -> record a hang, end the command.
+    # 0 turns the hang detector off.
+    hang_timeout_s: float = field(default=0.0, metadata=_range(0, 86400 * 7))
+    # Watch NVML XID/ECC events for the step's GPUs while the command runs.
+    watch_nvml: bool = True
+    # Also copy each rank's output to <tee_dir>/<job>/<node>.<step>.<task>.{out,err}; "" = off.
+    tee_dir: str = ""
+    # Print a one-line attribution summary to stderr when the command failed.
+    summary: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     """The effective configuration of one slurm-triage process."""
 
@@ -128,6 +147,7 @@ class Config:
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    wrapper: WrapperConfig = field(default_factory=WrapperConfig)
     source: str = field(default="<defaults>", compare=False)
 
 

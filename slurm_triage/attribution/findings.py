@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_triage.attribution import xid as xids
-from slurm_triage.attribution.signatures import BY_NAME, Role, classify_exception
+from slurm_triage.attribution.matcher import classify_exception
+from slurm_triage.attribution.signatures import BY_NAME, Role
 from slurm_triage.evidence import (
     CheckStatus,
     Fact,

@@ -19,7 +19,7 @@ import stat
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
-from slurm_triage.attribution import signatures, tracebacks
+from slurm_triage.attribution import matcher, tracebacks
 from slurm_triage.errors import TriageError
 from slurm_triage.evidence import Fact, LogHit, RootException, Source
 
@@ -120,22 +120,21 @@ def _hits(
     text = "\n".join(lines)
     starts = _line_starts(lines)
     found: dict[tuple[str, str | None], LogHit] = {}
-    for start, end in signatures.candidate_spans(text):
-        line = text[start:end]
+    for start, sig, match in matcher.scan_text(text):
+        line = match.string
         index = _index_of(starts, start)
-        for sig, match in signatures.match_line(line):
-            where = _short_host(match.groupdict().get("host")) or node
-            key = (sig.name, where)
-            count = found[key].count + 1 if key in found else 1
-            found[key] = LogHit(
-                node=where,
-                time=_time_near(lines, index, year, tz),
-                source=source,
-                signature=sig.name,
-                cause=sig.cause,
-                excerpt=_excerpt(line, match),
-                count=count,
-            )
+        where = _short_host(match.groupdict().get("host")) or node
+        key = (sig.name, where)
+        count = found[key].count + 1 if key in found else 1
+        found[key] = LogHit(
+            node=where,
+            time=_time_near(lines, index, year, tz),
+            source=source,
+            signature=sig.name,
+            cause=sig.cause,
+            excerpt=_excerpt(line, match),
+            count=count,
+        )
     return sorted(found.values(), key=lambda h: (h.signature, h.node or ""))
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from slurm_triage.attribution.signatures import Role, classify_exception
+from slurm_triage.attribution.matcher import classify_exception
+from slurm_triage.attribution.signatures import Role
 from slurm_triage.taxonomy import Cause
 
 HEADER = "Traceback (most recent call last):"
