@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from slurm_triage.errors import TriageError
+from slurm_triage.taxonomy import Cause
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-triage/config.toml")
 CONFIG_ENV = "SLURM_TRIAGE_CONFIG"
@@ -139,6 +140,66 @@ class WrapperConfig:
     summary: bool = True
 
 
+# Taxonomy cause ids (shared/TAXONOMY.md), so a typo in a policy list is a config error.
+CauseName = Literal[tuple(c.value for c in Cause)]  # type: ignore[valid-type]
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """What the decision does with an attributed job end (issue 6; docs/policies.md)."""
+
+    # Replace the taxonomy's defaults: causes to requeue (with exclusion when the taxonomy
+    # says requeue_exclude), causes never to requeue. Empty: the taxonomy's defaults.
+    requeue_causes: tuple[CauseName, ...] = ()
+    never_requeue_causes: tuple[CauseName, ...] = ()
+    # Drain blamed nodes (only when root-collected evidence backs the blame) for these causes.
+    drain_causes: tuple[CauseName, ...] = (
+        "gpu_unavailable", "gpu_memory", "gpu_nvlink", "gpu_driver", "pcie", "infiniband",
+        "thermal", "host_hardware", "filesystem", "health_check",
+    )
+    # Requeue budget per job: in total, and per cause family; past it the job is held.
+    max_requeues: int = field(default=10, metadata=_range(0, 10000))
+    max_node_failure_requeues: int = field(default=5, metadata=_range(0, 10000))
+    max_preemption_requeues: int = field(default=50, metadata=_range(0, 10000))
+    max_unknown_requeues: int = field(default=1, metadata=_range(0, 10000))
+    # Exponential backoff between requeues for the same cause: 0, base, 2*base, ... max.
+    backoff_base_s: float = field(default=60.0, metadata=_range(0, 86400))
+    backoff_max_s: float = field(default=1800.0, metadata=_range(0, 86400 * 7))
+    # When excluding the blamed nodes would leave too few nodes in the partition.
+    cant_fit: Literal["requeue_without_exclusion", "hold"] = "requeue_without_exclusion"
+    # Sites that want it opt-in: only jobs whose --comment contains "triage:requeue" (or
+    # whose submit environment had SLURM_TRIAGE_REQUEUE=1) are requeued.
+    opt_in: bool = False
+    opt_out_users: tuple[str, ...] = ()
+    opt_out_partitions: tuple[str, ...] = ()
+    # Lemon nodes: drain a node whose recent history crosses these thresholds.
+    lemon_window_days: float = field(default=7.0, metadata=_range(0.01, 365))
+    lemon_failed_jobs: int = field(default=4, metadata=_range(1, 100000))
+    lemon_distinct_xids: int = field(default=3, metadata=_range(1, 1000))
+    lemon_times_drained: int = field(default=3, metadata=_range(1, 100000))
+    # false: decide, record and report, but change nothing in Slurm.
+    act: bool = True
+
+
+@dataclass(frozen=True)
+class DecisionConfig:
+    """Where the once-per-job decision runs and how long it may wait for the nodes."""
+
+    # epilog_slurmctld: EpilogSlurmctld= on the controller (recommended);
+    # first_node_epilog: the Epilog of the job's first node, for sites without it.
+    run_in: Literal["epilog_slurmctld", "first_node_epilog"] = "epilog_slurmctld"
+    # Wait this long for every node's root-side evidence before deciding without it.
+    wait_for_nodes_s: float = field(default=20.0, metadata=_range(0, 600))
+    # The whole decision, Slurm calls included, must finish within this.
+    deadline_s: float = field(default=60.0, metadata=_range(1, 3600))
+    # The node epilog's own deadline (Slurm drains the node if an Epilog overruns).
+    epilog_deadline_s: float = field(default=20.0, metadata=_range(1, 3600))
+    # Journal: SQLite (WAL). Keep it on the controller's local disk, or on a filesystem
+    # with working POSIX locks when decisions run in first-node epilogs.
+    journal: str = "/var/lib/slurm-triage/journal.sqlite"
+    journal_busy_timeout_s: float = field(default=10.0, metadata=_range(0.1, 600))
+
+
 @dataclass(frozen=True)
 class Config:
     """The effective configuration of one slurm-triage process."""
@@ -148,6 +209,8 @@ class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     wrapper: WrapperConfig = field(default_factory=WrapperConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    decision: DecisionConfig = field(default_factory=DecisionConfig)
     source: str = field(default="<defaults>", compare=False)
 
 

@@ -78,26 +78,32 @@ def state_name(state: JobState) -> str:
     return "OTHER"
 
 
+def _lookup(keys: tuple[str, ...], table: dict[str, str], dtype: pl.DataType) -> pl.Series:
+    """Values of `table` in the order of `keys`, to gather by an Enum's physical codes."""
+    return pl.Series([table[k] for k in keys], dtype=dtype)
+
+
+CAUSE_DTYPE = pl.Enum(CAUSE_IDS)
+DOMAIN_DTYPE = pl.Enum(DOMAIN_IDS)
+STATE_DTYPE = pl.Enum(STATES)
+
+
 def default_cause_expr(state_column: str) -> pl.Expr:
-    """The cause a row gets from its state alone."""
-    mapping = {state: cause.value for state, cause in DEFAULT_CAUSE.items()}
-    return pl.col(state_column).cast(pl.String).replace_strict(mapping, return_dtype=pl.String)
+    """The cause a row gets from its state alone (a gather by the Enum's codes: fast)."""
+    table = {state: cause.value for state, cause in DEFAULT_CAUSE.items()}
+    lookup = _lookup(STATES, table, CAUSE_DTYPE)
+    return pl.lit(lookup).gather(pl.col(state_column).to_physical())
 
 
 def domain_expr(cause_column: str) -> pl.Expr:
     """The taxonomy domain of each row's cause."""
-    mapping = {info.cause.value: info.domain.value for info in CAUSES.values()}
-    return (
-        pl.col(cause_column)
-        .cast(pl.String)
-        .replace_strict(mapping, return_dtype=pl.String)
-        .cast(pl.Enum(DOMAIN_IDS))
-    )
+    table = {info.cause.value: info.domain.value for info in CAUSES.values()}
+    lookup = _lookup(CAUSE_IDS, table, DOMAIN_DTYPE)
+    return pl.lit(lookup).gather(pl.col(cause_column).to_physical())
 
 
 def is_failure_expr() -> pl.Expr:
     """The paper's failure: NODE_FAIL, or not COMPLETED with a node-blaming infra cause."""
     return (pl.col("state") == "NODE_FAIL") | (
-        (pl.col("state") != "COMPLETED")
-        & pl.col("cause").cast(pl.String).is_in(FAILURE_CAUSES)
+        (pl.col("state") != "COMPLETED") & pl.col("cause").cast(pl.String).is_in(FAILURE_CAUSES)
     )

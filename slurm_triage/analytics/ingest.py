@@ -6,8 +6,9 @@ With `-D` every requeue is its own row with the same JobIDRaw, so a job run (a r
 chain of one logical job) is the set of rows sharing JobIDRaw; `attempt` numbers them from
 1 in submit order.
 
-Parsing: the file is read in byte chunks (a progress callback after each, bounded memory)
-by polars' CSV reader with `|` as separator and quoting off. AdminComment is free text and
+Parsing: one lazy polars query (scan_csv with `|` as separator and quoting off, then typed
+columns) run by the streaming engine in batches, so memory stays bounded and a progress
+callback sees each batch. AdminComment is free text and
 may hold `|`; it is the last column, so the schema carries OVERFLOW_COLUMNS spare columns
 that catch the pieces and are glued back before the triage object is read out of it. The
 other columns are Slurm's own and never contain `|`.
@@ -21,8 +22,8 @@ joins the same way: a frame with columns job_raw, attempt, cause; it wins over A
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -49,7 +50,6 @@ SACCT_FIELDS = (
 )
 REQUIRED_FIELDS = ("JobIDRaw", "State", "Submit", "Start", "End", "ElapsedRaw", "NNodes")
 OVERFLOW_COLUMNS = 6
-CHUNK_BYTES = 64 * 1024 * 1024
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
 # Untyped `gres/gpu=N` is the job's total when AccountingStorageTRES has gres/gpu; a site
@@ -73,105 +73,111 @@ ATTEMPT_SCHEMA = {
 }
 ATTRIBUTION_SCHEMA = {"job_raw": pl.Int64, "attempt": pl.Int32, "cause": pl.String}
 
-Progress = Callable[[int], None]
+Progress = Callable[[int, int], None]
+"""Called as progress(rows_done, rows_expected) after each batch; the total is an estimate."""
+
+BATCH_ROWS = 500_000
+_SNIFF_BYTES = 1 << 20
 
 
 class IngestError(TriageError):
     """The accounting input is missing, unreadable or not sacct output."""
 
 
-def read_sacct_file(path: Path, progress: Progress | None = None) -> pl.DataFrame:
+@dataclass(frozen=True)
+class Accounting:
+    """Parsed attempts (ATTEMPT_SCHEMA), where they came from, and how many lines were
+    skipped as unparsable (reported, so a half-garbled file does not pass silently)."""
+
+    attempts: pl.DataFrame
+    source: str
+    bad_lines: int
+
+
+def read_sacct_file(path: Path, progress: Progress | None = None) -> Accounting:
     """Parse a saved sacct file into attempts; IngestError names the file on failure."""
     try:
         with path.open("rb") as fh:
-            return read_sacct_chunks(_chunks(fh), source=str(path), progress=progress)
+            head = fh.read(_SNIFF_BYTES)
+        size = path.stat().st_size
     except FileNotFoundError:
         raise IngestError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise IngestError(f"{path}: is a directory, not a sacct file") from None
     except PermissionError:
         raise IngestError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read: {exc.strerror}") from None
+    return _read(path, head, size, str(path), progress)
 
 
-def read_sacct_text(text: str | bytes, source: str = "sacct") -> pl.DataFrame:
+def read_sacct_text(text: str | bytes, source: str = "sacct") -> Accounting:
     """Parse sacct output held in memory (what the Slurm door returned)."""
     data = text.encode() if isinstance(text, str) else text
-    return read_sacct_chunks(_chunks(io.BytesIO(data)), source=source)
+    return _read(data, data[:_SNIFF_BYTES], len(data), source, None)
 
 
-def read_sacct_chunks(
-    chunks: Iterable[bytes], source: str, progress: Progress | None = None
-) -> pl.DataFrame:
-    """Parse chunks that each end on a line boundary; the first may start with a header."""
-    names: tuple[str, ...] | None = None
-    frames: list[pl.DataFrame] = []
+def _read(
+    source: Path | bytes, head: bytes, size: int, name: str, progress: Progress | None
+) -> Accounting:
+    names, has_header = _columns(head, name)
+    lines = head.count(b"\n")
+    expected = int(size * lines / len(head)) if lines and head else 1
+    frame = scan_sacct(source, names, has_header)
+    batches: list[pl.DataFrame] = []
     done = 0
-    for chunk in chunks:
-        done += len(chunk)
-        if names is None:
-            names, chunk = _split_header(chunk, source)
-        if chunk.strip():
-            frames.append(_parse_chunk(chunk, names, source))
-        if progress is not None:
-            progress(done)
-    attempts = pl.concat(frames) if frames else pl.DataFrame(schema=ATTEMPT_SCHEMA)
-    if attempts.height == 0:
-        raise IngestError(f"{source}: no sacct job rows found")
-    return attempts
+    try:
+        for batch in frame.collect_batches(chunk_size=BATCH_ROWS, engine="streaming"):
+            batches.append(batch)
+            done += batch.height
+            if progress is not None:
+                progress(done, max(expected, done))
+    except (pl.exceptions.PolarsError, ValueError) as exc:
+        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else "parse error"
+        raise IngestError(f"{name}: not sacct output ({detail})") from None
+    parsed = pl.concat(batches) if batches else pl.DataFrame()
+    return _valid_rows(parsed, name)
 
 
-def _chunks(fh: io.BufferedIOBase | io.BytesIO) -> Iterator[bytes]:
-    """Blocks of about CHUNK_BYTES that end after a newline (the last one may not)."""
-    rest = b""
-    while block := fh.read(CHUNK_BYTES):
-        block = rest + block
-        cut = block.rfind(b"\n") + 1
-        if cut == 0:
-            rest = block
-            continue
-        rest = block[cut:]
-        yield block[:cut]
-    if rest:
-        yield rest
-
-
-def _split_header(chunk: bytes, source: str) -> tuple[tuple[str, ...], bytes]:
+def _columns(head: bytes, source: str) -> tuple[tuple[str, ...], bool]:
     """Column names from a header line if there is one (it fixes the order), else ours."""
-    first, _, rest = chunk.partition(b"\n")
-    fields = first.decode("utf-8", "replace").strip().split("|")
+    first = head.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    fields = first.split("|")
     if fields[0] not in SACCT_FIELDS:
-        return SACCT_FIELDS, chunk
+        return SACCT_FIELDS, False
     missing = [f for f in REQUIRED_FIELDS if f not in fields]
     if missing:
         raise IngestError(f"{source}: header lacks {', '.join(missing)}")
     if "AdminComment" in fields and fields[-1] != "AdminComment":
         raise IngestError(f"{source}: AdminComment must be the last column (it may hold '|')")
-    return tuple(fields), rest
+    return tuple(fields), True
 
 
-def _parse_chunk(chunk: bytes, names: tuple[str, ...], source: str) -> pl.DataFrame:
+def scan_sacct(source: Path | bytes, names: tuple[str, ...], has_header: bool) -> pl.LazyFrame:
+    """The lazy query from sacct text to typed attempts (plus `_blank`, `_ok` row flags)."""
     overflow = [f"_overflow{i}" for i in range(OVERFLOW_COLUMNS)]
-    try:
-        raw = pl.read_csv(
-            chunk,
-            has_header=False,
-            separator="|",
-            quote_char=None,
-            schema=dict.fromkeys([*names, *overflow], pl.String),
-            truncate_ragged_lines=True,
-            missing_columns="insert",
-            extra_columns="ignore",
-            encoding="utf8-lossy",
-        )
-    except (pl.exceptions.PolarsError, ValueError) as exc:
-        detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else "parse error"
-        raise IngestError(f"{source}: not sacct output ({detail})") from None
-    raw = raw.filter(pl.col("JobIDRaw").is_not_null())
-    typed = raw.select(_typed_columns(raw, names, overflow))
-    return _check_rows(typed, source)
+    raw = pl.scan_csv(
+        source,
+        has_header=False,
+        skip_lines=1 if has_header else 0,
+        separator="|",
+        quote_char=None,
+        schema=dict.fromkeys([*names, *overflow], pl.String),
+        truncate_ragged_lines=True,
+        missing_columns="insert",
+        extra_columns="ignore",
+        encoding="utf8-lossy",
+    )
+    return raw.select(_typed_columns(names, overflow)).with_columns(
+        (
+            pl.col("job_raw").is_not_null()
+            & pl.col("state").is_not_null()
+            & pl.col("elapsed_s").is_not_null()
+        ).alias("_ok")
+    )
 
 
-def _typed_columns(raw: pl.DataFrame, names: tuple[str, ...], overflow: list[str]) -> list:
+def _typed_columns(names: tuple[str, ...], overflow: list[str]) -> list[pl.Expr]:
     comment = (
         pl.concat_str(["AdminComment", *overflow], separator="|", ignore_nulls=True)
         if "AdminComment" in names
@@ -179,14 +185,15 @@ def _typed_columns(raw: pl.DataFrame, names: tuple[str, ...], overflow: list[str
     )
     tres = pl.col("AllocTRES") if "AllocTRES" in names else pl.lit("", pl.String)
     return [
-        pl.col("JobIDRaw").str.strip_chars().cast(pl.Int64, strict=False).alias("job_raw"),
-        _state_expr(raw["State"]).alias("state"),
+        pl.col("JobIDRaw").cast(pl.Int64, strict=False).alias("job_raw"),
+        _state().alias("state"),
         *(_time(name).alias(name.lower()) for name in ("Submit", "Start", "End")),
         pl.col("ElapsedRaw").cast(pl.Int64, strict=False).alias("elapsed_s"),
         pl.col("NNodes").cast(pl.Int32, strict=False).fill_null(0).alias("nnodes"),
         _gpus(tres).alias("gpus"),
         comment.str.extract(_TRIAGE_CAUSE, 1).alias("comment_cause"),
         comment.str.extract(_TRIAGE_N, 1).cast(pl.Int32, strict=False).alias("comment_n"),
+        pl.col("JobIDRaw").is_null().alias("_blank"),
     ]
 
 
@@ -196,71 +203,73 @@ def _time(name: str) -> pl.Expr:
 
 
 def _gpus(tres: pl.Expr) -> pl.Expr:
-    untyped = tres.str.extract(_GPU_UNTYPED, 1).cast(pl.Int32, strict=False)
-    typed = (
-        tres.str.extract_all(_GPU_TYPED)
-        .list.eval(pl.element().str.extract(r"=(\d+)$", 1).cast(pl.Int32))
-        .list.sum()
-    )
-    has_typed_only = untyped.is_null() & tres.str.contains("gres/gpu:", literal=True)
-    return pl.when(has_typed_only).then(typed).otherwise(untyped.fill_null(0)).cast(pl.Int32)
+    untyped = tres.str.extract(_GPU_UNTYPED, 1)
+    typed = tres.str.extract(_GPU_TYPED, 1)
+    return pl.coalesce(untyped, typed).cast(pl.Int32, strict=False).fill_null(0)
 
 
-def _state_expr(states: pl.Series) -> pl.Expr:
-    """Map Slurm's spellings ('CANCELLED by 0', 'CA') to our states with JobState.parse;
-    there are few distinct strings, so the Python mapping runs once per distinct value."""
-    mapping = {s: causes.state_name(JobState.parse(s)) for s in states.unique().drop_nulls()}
-    return (
-        pl.col("State")
-        .replace_strict(mapping, default=None, return_dtype=pl.String)
-        .cast(pl.Enum(causes.STATES))
+def _state() -> pl.Expr:
+    """Slurm's state word ('CANCELLED by 0' -> CANCELLED) mapped to our buckets through
+    JobState.parse; words Slurm may add later land in OTHER."""
+    mapping = {s.value: causes.state_name(JobState.parse(s.value)) for s in JobState}
+    word = pl.col("State").str.splitn(" ", 2).struct.field("field_0")
+    return word.replace_strict(mapping, default="OTHER", return_dtype=pl.String).cast(
+        pl.Enum(causes.STATES)
     )
 
 
-def _check_rows(typed: pl.DataFrame, source: str) -> pl.DataFrame:
-    """Drop rows that are not job rows; a chunk with none at all is not sacct output."""
-    good = typed.filter(
-        pl.col("job_raw").is_not_null()
-        & pl.col("state").is_not_null()
-        & pl.col("elapsed_s").is_not_null()
-    )
-    if good.height == 0 and typed.height > 0:
+def _valid_rows(parsed: pl.DataFrame, source: str) -> Accounting:
+    """Drop blank and broken lines; input with no job row at all is not sacct output."""
+    if parsed.height == 0:
+        raise IngestError(f"{source}: no sacct job rows found")
+    good = parsed.filter(pl.col("_ok"))
+    if good.height == 0:
         raise IngestError(f"{source}: not sacct output (no line has a job id, state, elapsed)")
-    return good
+    bad = parsed.height - good.height - int(parsed["_blank"].sum())
+    return Accounting(good.drop("_ok", "_blank"), source, bad)
 
 
 def attribute(attempts: pl.DataFrame, attributions: pl.LazyFrame | None = None) -> pl.DataFrame:
-    """Add `attempt`, `cause` and `domain` to parsed attempts, joining both sources of
-    attributions; success is success, so a COMPLETED row is `completed` whatever it says."""
-    frame = attempts.with_row_index("row")
+    """Add `cause` and `domain` to parsed attempts, joining both sources of attributions;
+    success is success, so a COMPLETED row is `completed` whatever a decision says."""
+    frame = attempts.with_columns(causes.default_cause_expr("state").alias("cause"))
     decided = _decisions(frame, attributions)
-    frame = frame.join(decided, on="row", how="left")
-    cause = (
-        pl.when(pl.col("state") == "COMPLETED")
-        .then(pl.lit("completed"))
-        .otherwise(pl.coalesce(pl.col("decided_cause"), causes.default_cause_expr("state")))
-    )
-    return frame.with_columns(
-        pl.col("attempt").fill_null(1).cast(pl.Int32),
-        cause.cast(pl.Enum(causes.CAUSE_IDS)).alias("cause"),
-    ).with_columns(causes.domain_expr("cause").alias("domain")).drop("decided_cause")
+    if decided.height:
+        # Few rows carry a decision: scatter them in rather than join 4M rows.
+        values = decided["cause"].cast(causes.CAUSE_DTYPE)
+        frame = frame.with_columns(frame["cause"].scatter(decided["row"], values))
+        frame = frame.with_columns(
+            pl.when(pl.col("state") == "COMPLETED")
+            .then(pl.lit("completed", causes.CAUSE_DTYPE))
+            .otherwise(pl.col("cause"))
+            .alias("cause")
+        )
+    return frame.with_columns(causes.domain_expr("cause").alias("domain"))
+
+
+def _attempt_number() -> pl.Expr:
+    """1, 2, ... along a job's requeue chain, on a frame sorted by job and submit time."""
+    return pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over("job_raw")
 
 
 def _decisions(frame: pl.DataFrame, attributions: pl.LazyFrame | None) -> pl.DataFrame:
-    """Per row: its attempt number (only for chains that carry a decision) and the cause
-    decided for it. Only the few jobs with a decision are numbered, which keeps it cheap."""
-    from_comments = frame.filter(pl.col("comment_cause").is_not_null())
+    """(row, cause) for every row some decision is about. Only the chains of jobs with a
+    decision are numbered into attempts, which keeps this cheap on millions of rows."""
     extra = (
         attributions.select(list(ATTRIBUTION_SCHEMA)).cast(ATTRIBUTION_SCHEMA).collect()
         if attributions is not None
         else pl.DataFrame(schema=ATTRIBUTION_SCHEMA)
     )
-    jobs = pl.concat([from_comments["job_raw"], extra["job_raw"]]).unique()
+    commented = frame.filter(pl.col("comment_cause").is_not_null())["job_raw"]
+    jobs = pl.concat([commented, extra["job_raw"]]).unique()
+    if jobs.len() == 0:
+        return pl.DataFrame(schema={"row": pl.UInt32, "cause": pl.String})
     chains = (
-        frame.filter(pl.col("job_raw").is_in(jobs.implode()))
+        frame.with_row_index("row")
+        .filter(pl.col("job_raw").is_in(jobs.implode()))
         .select("row", "job_raw", "submit", "comment_cause", "comment_n")
         .sort("job_raw", "submit", "row", nulls_last=True)
-        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over("job_raw").alias("attempt"))
+        .with_columns(_attempt_number().alias("attempt"))
     )
     comment_rows = chains.filter(pl.col("comment_cause").is_not_null()).select(
         "job_raw",
@@ -275,6 +284,4 @@ def _decisions(frame: pl.DataFrame, attributions: pl.LazyFrame | None) -> pl.Dat
         .sort("priority")
         .unique(["job_raw", "attempt"], keep="first")
     )
-    return chains.join(decisions, on=["job_raw", "attempt"], how="left").select(
-        "row", "attempt", pl.col("cause").alias("decided_cause")
-    )
+    return chains.join(decisions, on=["job_raw", "attempt"], how="inner").select("row", "cause")

@@ -141,12 +141,13 @@ def _unknown(facts: list[Fact], found: list[Finding]) -> Attribution:
         f for f in facts if isinstance(f, SlurmState | ProcessExit)
     )
     failed = [f.why for f in found if f.tier == FALLBACK]
+    vague = [f.why for f in found if f.tier != FALLBACK]
     if failed:
         why = f"{', '.join(dict.fromkeys(failed))}, with no recognisable evidence"
-    elif found:
-        why = f"only unspecific errors: {found[0].why}"
     else:
-        why = "no evidence of failure or success"
+        why = "no evidence of failure or success" if not vague else "no specific evidence"
+    if vague:
+        why += f"; only unspecific errors: {vague[0]}"
     confidence = UNKNOWN_CONFIDENCE if used else UNKNOWN_CONFIDENCE / 2
     return _make(Cause.UNKNOWN, (), confidence, False, used[:MAX_EVIDENCE], why)
 

@@ -199,6 +199,9 @@ def _kernel_event(fact: KernelEvent, index: int) -> list[Finding]:
     cause = _KERNEL_CAUSES.get(fact.event)
     if cause is None:
         return []
+    if fact.event is KernelEventKind.FALLEN_OFF_BUS:
+        # The driver prints this next to XID 79: one less, so the XID line is the one cited.
+        return [_hardware(cause, fact, index, f"kernel log: GPU fell off the bus{where}", 79)]
     return [
         _hardware(cause, fact, index, f"kernel log: {fact.event.value.replace('_', ' ')}{where}")
     ]

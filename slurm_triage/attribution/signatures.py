@@ -340,4 +340,3 @@ EXCEPTION_TYPES: dict[str, tuple[Cause, Role]] = {
     "SystemExit": (_C.UNKNOWN, Role.INFO),
     "ChildFailedError": (_C.UNKNOWN, Role.INFO),
 }
-
