@@ -13,7 +13,7 @@ from datetime import tzinfo
 from pathlib import Path
 
 from slurm_triage.attribution.kernel import parse_kernel_file
-from slurm_triage.attribution.logscan import DEFAULT_TAIL_BYTES, scan_file
+from slurm_triage.attribution.logscan import DEFAULT_TAIL_BYTES, read_tail, scan_file
 from slurm_triage.errors import TriageError
 from slurm_triage.evidence import (
     MAX_RECORD_BYTES,
@@ -62,13 +62,11 @@ def parse_exit(text: str) -> tuple[int, int | None]:
     return int(found.group(1)), int(found.group(2)) if found.group(2) else None
 
 
-def read_evidence(path: Path) -> list[Fact]:
-    """The facts of one evidence record file (size-capped, strictly parsed)."""
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_RECORD_BYTES + 1)
-    except OSError as exc:
-        raise TriageError(f"cannot read {path}: {exc.strerror or exc}") from None
+def read_evidence(path: Path, *, follow_symlinks: bool = True) -> list[Fact]:
+    """The facts of one evidence record file: size-capped, non-blocking, strictly parsed."""
+    data, whole = read_tail(path, MAX_RECORD_BYTES, follow_symlinks=follow_symlinks)
+    if not whole:
+        raise EvidenceError(f"{path}: evidence record over the {MAX_RECORD_BYTES} byte cap")
     try:
         return list(parse_record(data).facts)
     except EvidenceError as exc:

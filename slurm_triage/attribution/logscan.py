@@ -39,24 +39,34 @@ class LogReadError(TriageError):
 
 
 def read_tail(
-    path: str | os.PathLike[str], max_bytes: int = DEFAULT_TAIL_BYTES
+    path: str | os.PathLike[str],
+    max_bytes: int = DEFAULT_TAIL_BYTES,
+    *,
+    follow_symlinks: bool = True,
 ) -> tuple[bytes, bool]:
     """The last `max_bytes` of a regular file, and whether that is the whole file.
 
-    Refuses FIFOs, devices and directories (reading one could block or never end).
+    Opened non-blocking so a FIFO planted as a log cannot hang us, then refused like any
+    non-regular file; root reading a user's files passes `follow_symlinks=False`.
     """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
     try:
-        with open(path, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise LogReadError(f"{path}: not a regular file")
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise LogReadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise LogReadError(f"{path}: not a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        try:
             start = max(0, info.st_size - max_bytes)
             handle.seek(start)
             return handle.read(max_bytes), start == 0
-    except LogReadError:
-        raise
-    except OSError as exc:
-        raise LogReadError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise LogReadError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def decode_tail(

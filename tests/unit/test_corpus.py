@@ -1,0 +1,100 @@
+"""The labelled corpus: attribution must get >= 95% of the cases right, cause and nodes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from slurm_triage.attribution import attribute
+from slurm_triage.taxonomy import Cause
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+REQUIRED_HARD_CASES = {
+    "hard:ecc-under-illegal-access",
+    "hard:xid79-nccl-cascade",
+    "hard:oom-one-rank-nccl-others",
+    "hard:benign-oom-retries",
+    "hard:xid13-31-user-fault",
+    "hard:word-xid",
+}
+
+
+def _load_module():
+    spec = importlib.util.spec_from_file_location("corpus_cases", CORPUS / "cases.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["corpus_cases"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+cases_module = _load_module()
+CASES = cases_module.load_cases(CORPUS)
+
+
+def test_corpus_is_big_enough_and_covers_every_cause_twice():
+    """At least 80 cases, every taxonomy cause at least twice, every listed hard case present."""
+    assert len(CASES) >= 80
+    counts = Counter(case.cause for case in CASES)
+    thin = {c.value: counts.get(c.value, 0) for c in Cause if counts.get(c.value, 0) < 2}
+    assert not thin, f"causes with fewer than 2 cases: {thin}"
+    tags = {tag for case in CASES for tag in case.spec.get("tags", [])}
+    assert tags >= REQUIRED_HARD_CASES, f"missing hard cases: {REQUIRED_HARD_CASES - tags}"
+
+
+def test_corpus_labels_are_valid_causes():
+    """Each case names a real cause id, and node-less causes expect no nodes."""
+    from slurm_triage.taxonomy import info
+
+    for case in CASES:
+        cause = Cause(case.cause)
+        if not info(cause).blames_nodes:
+            assert case.nodes == (), f"{case.name}: {cause} blames no nodes"
+
+
+def test_corpus_accuracy_at_least_95_percent(capsys):
+    """Per-cause accuracy is printed; a case is right only if its cause and nodes both match."""
+    right: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    wrong = []
+    for case in CASES:
+        result = attribute(case.facts(), window=case.window())
+        total[case.cause] += 1
+        if result.cause.value == case.cause and result.nodes == case.nodes:
+            right[case.cause] += 1
+        else:
+            wrong.append(
+                f"  {case.name}: expected {case.cause} {list(case.nodes)}, got "
+                f"{result.cause.value} {list(result.nodes)} ({result.reason[:120]})"
+            )
+    lines = [f"  {cause:16} {right[cause]:3d}/{total[cause]:<3d}" for cause in sorted(total)]
+    accuracy = sum(right.values()) / len(CASES)
+    with capsys.disabled():
+        print(f"\ncorpus accuracy per cause ({len(CASES)} cases):", *lines, sep="\n")
+        print(f"overall: {accuracy:.1%}", *wrong, sep="\n")
+    assert accuracy >= 0.95, "\n".join(wrong)
+
+
+def _tagged(tag: str) -> list:
+    return [c for c in CASES if tag in c.spec.get("tags", [])]
+
+
+@pytest.mark.parametrize("case", _tagged("window:excludes"), ids=lambda c: c.name)
+def test_window_excludes_cases_need_the_window(case):
+    """Cases whose decisive evidence lies outside the window would be misread without it."""
+    with_window = attribute(case.facts(), window=case.window())
+    without = attribute(case.facts())
+    assert with_window.cause.value == case.cause
+    assert without.cause.value != case.cause
+
+
+@pytest.mark.parametrize("case", _tagged("window:keeps"), ids=lambda c: c.name)
+def test_window_keeps_cases_read_the_same_with_the_window(case):
+    """Evidence inside the window is kept: the answer is the same with or without it."""
+    with_window = attribute(case.facts(), window=case.window())
+    without = attribute(case.facts())
+    assert with_window.cause.value == case.cause == without.cause.value
