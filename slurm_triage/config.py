@@ -18,7 +18,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from slurm_triage.errors import TriageError
 from slurm_triage.taxonomy import Cause
@@ -141,7 +141,10 @@ class WrapperConfig:
 
 
 # Taxonomy cause ids (shared/TAXONOMY.md), so a typo in a policy list is a config error.
-CauseName = Literal[tuple(c.value for c in Cause)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    CauseName = str
+else:
+    CauseName = Literal[tuple(c.value for c in Cause)]
 
 
 @dataclass(frozen=True)
@@ -154,8 +157,16 @@ class PolicyConfig:
     never_requeue_causes: tuple[CauseName, ...] = ()
     # Drain blamed nodes (only when root-collected evidence backs the blame) for these causes.
     drain_causes: tuple[CauseName, ...] = (
-        "gpu_unavailable", "gpu_memory", "gpu_nvlink", "gpu_driver", "pcie", "infiniband",
-        "thermal", "host_hardware", "filesystem", "health_check",
+        "gpu_unavailable",
+        "gpu_memory",
+        "gpu_nvlink",
+        "gpu_driver",
+        "pcie",
+        "infiniband",
+        "thermal",
+        "host_hardware",
+        "filesystem",
+        "health_check",
     )
     # Requeue budget per job: in total, and per cause family; past it the job is held.
     max_requeues: int = field(default=10, metadata=_range(0, 10000))

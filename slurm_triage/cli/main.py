@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "slurm_triage.cli.classify_cmd",
     "slurm_triage.cli.slurm_cmd",
     "slurm_triage.cli.health_cmd",
+    "slurm_triage.cli.journal_cmd",
     "slurm_triage.cli.wrap_cmd",
     "slurm_triage.cli.devcluster_cmd",
 )

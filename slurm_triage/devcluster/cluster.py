@@ -170,6 +170,8 @@ def prepare(layout: cf.ClusterLayout) -> None:
         NodeEstate(layout.simulate_root, name).ensure()
     # Jobs of any user write evidence here; sticky like /tmp so users can't clobber others.
     layout.evidence_dir.chmod(0o1777)
+    # Root's evidence area exists before any job runs, so no user can create it first.
+    (layout.evidence_dir / "_root").mkdir(mode=0o755, exist_ok=True)
     for i in range(cf.GPUS_PER_NODE):
         dev = layout.gpu_dir / f"gpu{i}"
         if not dev.is_symlink():

@@ -220,6 +220,10 @@ level = "info"
 evidence_dir = "{layout.evidence_dir}"
 state_dir = "{layout.state_dir}"
 
+[decision]
+journal = "{layout.state_dir}/journal.sqlite"
+wait_for_nodes_s = 10
+
 [health]
 # No GPUs here: NVML, the kernel log, sysfs and mounts come from the simulated estate,
 # one tree per node ({{node}} is replaced by the node's name).

@@ -4,8 +4,9 @@ slurm.conf takes a program without arguments, so each role has its own executabl
 drains a node when a Prolog or Epilog exits non-zero, so our own trouble (a bad config, a
 crash) is logged and turned into exit 0 here; only a real verdict may exit non-zero.
 The prolog runs the fast health screen and the health check the full one
-(slurm_triage.health_checks.service); the epilogs record that they ran until the epilog
-issue lands.
+(slurm_triage.health_checks.service); the epilog collects root-side evidence
+(prolog_epilog.epilog) and EpilogSlurmctld makes the once-per-job decision
+(prolog_epilog.decide).
 """
 
 from __future__ import annotations
@@ -50,10 +51,6 @@ def _run_role(role: str, body: Callable[[Config], int]) -> int:
         log.info("role_done")
 
 
-def _nothing_yet(config: Config) -> int:
-    return 0
-
-
 def _prolog(config: Config) -> int:
     from slurm_triage.health_checks import service
 
@@ -67,16 +64,30 @@ def _healthcheck(config: Config) -> int:
     return 0  # slurmd only logs HealthCheckProgram's status; the drain is our own call
 
 
+def _epilog(config: Config) -> int:
+    from slurm_triage.prolog_epilog.epilog import run_epilog
+
+    return run_epilog(config)
+
+
+def _epilog_slurmctld(config: Config) -> int:
+    from slurm_triage.prolog_epilog.decide import decide_from_env
+
+    if config.decision.run_in == "epilog_slurmctld":
+        decide_from_env(config)
+    return 0
+
+
 def prolog_main() -> int:
     return _run_role("prolog", _prolog)
 
 
 def epilog_main() -> int:
-    return _run_role("epilog", _nothing_yet)
+    return _run_role("epilog", _epilog)
 
 
 def epilog_slurmctld_main() -> int:
-    return _run_role("epilog-slurmctld", _nothing_yet)
+    return _run_role("epilog-slurmctld", _epilog_slurmctld)
 
 
 def healthcheck_main() -> int:

@@ -99,6 +99,10 @@ class CliDoor(SlurmDoor):
         log.info("job_excluded_nodes_set", job_id=job_id, excluded=value)
         return tuple(wanted)
 
+    def set_begin_time(self, job_id: int, delay_s: float) -> None:
+        seconds = max(0, int(round(delay_s)))
+        self._runner.run(["scontrol", "update", f"JobId={job_id}", f"StartTime=now+{seconds}"])
+
     def set_admin_comment(self, job_id: int, text: str) -> None:
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")

@@ -46,6 +46,10 @@ class SlurmDoor(abc.ABC):
         user's own --exclude). Returns the resulting list."""
 
     @abc.abstractmethod
+    def set_begin_time(self, job_id: int, delay_s: float) -> None:
+        """Let a pending job start no earlier than delay_s from now (Slurm's BeginTime)."""
+
+    @abc.abstractmethod
     def set_admin_comment(self, job_id: int, text: str) -> None:
         """Replace the job's AdminComment (kept in accounting with slurmdbd)."""
 

@@ -119,6 +119,7 @@ class JobInfo:
     admin_comment: str
     comment: str
     source: str
+    state_text: str = ""  # Slurm's own words, e.g. "CANCELLED by 0" (accounting)
 
 
 class NodeFlag(enum.StrEnum):
@@ -143,6 +144,7 @@ class NodeInfo:
     reason: str
     reason_user: str
     reason_time: int | None
+    partitions: tuple[str, ...] = ()
 
     @property
     def drained(self) -> bool:

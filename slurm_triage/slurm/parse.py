@@ -197,6 +197,7 @@ def parse_sacct_job(text: str, job_id: int) -> JobInfo:
         admin_comment=row["AdminComment"].strip(),
         comment=row["Comment"].strip(),
         source="sacct",
+        state_text=row["State"].strip(),
     )
 
 
@@ -235,6 +236,7 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
         reason=str(raw.get("reason") or ""),
         reason_user=str(raw.get("reason_set_by_user") or ""),
         reason_time=int(reason_time) if reason_time else None,
+        partitions=tuple(str(p) for p in raw.get("partitions") or ()),
     )
 
 

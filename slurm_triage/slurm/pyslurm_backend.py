@@ -156,6 +156,10 @@ class PyslurmDoor(SlurmDoor):
         self._call("exclude", lambda: self._ps.Job(job_id).modify(change))
         return tuple(wanted)
 
+    def set_begin_time(self, job_id: int, delay_s: float) -> None:
+        change = self._ps.JobSubmitDescription(begin_time=f"now+{max(0, int(delay_s))}")
+        self._call("begin_time", lambda: self._ps.Job(job_id).modify(change))
+
     def set_admin_comment(self, job_id: int, text: str) -> None:
         change = self._ps.JobSubmitDescription(admin_comment=text)
         self._call("admin_comment", lambda: self._ps.Job(job_id).modify(change))
@@ -182,4 +186,5 @@ def _node(raw: Any) -> NodeInfo:
         reason=raw.reason or "",
         reason_user=getattr(raw, "reason_user", "") or "",
         reason_time=getattr(raw, "reason_time", None),
+        partitions=tuple(getattr(raw, "partitions", None) or ()),
     )

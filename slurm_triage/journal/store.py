@@ -1,0 +1,279 @@
+"""The outcome journal: every decision and its evidence in SQLite (WAL, one writer at a time).
+
+Safe under concurrent epilogs: each connection waits for the write lock up to a bounded
+busy timeout, and `claim()` makes the decision idempotent: the key (job id, restart count)
+is inserted once, so two racing deciders agree on exactly one owner. Schema changes are
+numbered migrations applied in order inside a transaction (`PRAGMA user_version`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_triage.errors import TriageError
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: decisions, one row per job end; node events for per-node (lemon) history.
+    """
+    CREATE TABLE decisions (
+        id INTEGER PRIMARY KEY,
+        job_id INTEGER NOT NULL,
+        restart INTEGER NOT NULL,
+        claimed_at REAL NOT NULL,
+        decided_at REAL,
+        owner TEXT NOT NULL,
+        state TEXT, exit_code INTEGER, exit_signal INTEGER,
+        user TEXT, partition TEXT, num_nodes INTEGER, nodes TEXT,
+        cause TEXT, domain TEXT, confidence REAL, root_backed INTEGER,
+        blamed TEXT, action TEXT, excluded TEXT, drained TEXT, begin_delay_s REAL,
+        reasons TEXT, applied INTEGER, outcome TEXT, evidence TEXT,
+        UNIQUE (job_id, restart)
+    );
+    CREATE INDEX decisions_job ON decisions (job_id);
+    CREATE TABLE node_events (
+        id INTEGER PRIMARY KEY,
+        node TEXT NOT NULL,
+        job_id INTEGER NOT NULL,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        cause TEXT,
+        xid INTEGER,
+        multi_node INTEGER
+    );
+    CREATE INDEX node_events_node ON node_events (node, at);
+    """,
+)
+NODE_EVENT_KINDS = ("blamed", "excluded", "drained", "lemon_drained")
+
+
+class JournalError(TriageError):
+    """The journal could not be opened, migrated or written; the message says which."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """One recorded decision, as `history` shows it."""
+
+    job_id: int
+    restart: int
+    decided_at: float | None
+    state: str | None
+    cause: str | None
+    action: str | None
+    blamed: tuple[str, ...]
+    excluded: tuple[str, ...]
+    drained: tuple[str, ...]
+    reasons: tuple[str, ...]
+    applied: bool
+    outcome: str | None
+    user: str | None
+    nodes: tuple[str, ...]
+    confidence: float | None
+    root_backed: bool
+    evidence: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    node: str
+    job_id: int
+    at: float
+    kind: str
+    cause: str | None
+    xid: int | None
+    multi_node: bool
+
+
+def _json_list(text: str | None) -> tuple[str, ...]:
+    try:
+        value = json.loads(text) if text else []
+    except ValueError:
+        return ()
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+class Journal:
+    """A handle on the journal file; cheap to open, one per process."""
+
+    def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 10.0) -> None:
+        self.path = Path(path)
+        self._busy_timeout_s = busy_timeout_s
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: {exc}") from None
+        except OSError as exc:
+            raise JournalError(f"journal {self.path}: {exc.strerror or exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path} busy or unwritable: {exc}") from None
+        try:
+            yield self._db
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise JournalError(
+                f"journal {self.path} has schema {version}, newer than this "
+                f"slurm-triage ({len(MIGRATIONS)})"
+            )
+        for number in range(version, len(MIGRATIONS)):
+            with self._write() as db:
+                # Re-check under the write lock: another process may have migrated.
+                if db.execute("PRAGMA user_version").fetchone()[0] != number:
+                    continue
+                for statement in MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version={number + 1}")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def claim(self, job_id: int, restart: int, owner: str) -> bool:
+        """Take the decision for this job end; False if another decider already has it."""
+        try:
+            with self._write() as db:
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO decisions (job_id, restart, claimed_at, owner) "
+                    "VALUES (?, ?, ?, ?)",
+                    (job_id, restart, time.time(), owner),
+                )
+                return cursor.rowcount == 1
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: {exc}") from None
+
+    def record(
+        self,
+        job_id: int,
+        restart: int,
+        fields: dict[str, Any],
+        node_events: Sequence[NodeEvent] = (),
+    ) -> None:
+        """Fill in the claimed decision row and append its node events, atomically."""
+        columns = {
+            k: (json.dumps(v) if isinstance(v, list | tuple | dict) else v)
+            for k, v in fields.items()
+        }
+        columns["decided_at"] = time.time()
+        assignments = ", ".join(f"{k} = ?" for k in columns)
+        try:
+            with self._write() as db:
+                db.execute(
+                    f"UPDATE decisions SET {assignments} WHERE job_id = ? AND restart = ?",
+                    (*columns.values(), job_id, restart),
+                )
+                db.executemany(
+                    "INSERT INTO node_events (node, job_id, at, kind, cause, xid, multi_node) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (e.node, e.job_id, e.at, e.kind, e.cause, e.xid, int(e.multi_node))
+                        for e in node_events
+                    ],
+                )
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: {exc}") from None
+
+    def add_node_events(self, events: Sequence[NodeEvent]) -> None:
+        with self._write() as db:
+            db.executemany(
+                "INSERT INTO node_events (node, job_id, at, kind, cause, xid, multi_node) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (e.node, e.job_id, e.at, e.kind, e.cause, e.xid, int(e.multi_node))
+                    for e in events
+                ],
+            )
+
+    def decisions(
+        self, *, job_id: int | None = None, node: str | None = None, limit: int = 200
+    ) -> tuple[DecisionRow, ...]:
+        """Decided rows, newest first, for one job, or those that touched one node."""
+        where: list[str] = ["decided_at IS NOT NULL"]
+        args: list[Any] = []
+        if job_id is not None:
+            where.append("job_id = ?")
+            args.append(job_id)
+        if node is not None:
+            where.append(
+                "(EXISTS (SELECT 1 FROM json_each(decisions.nodes) WHERE value = ?) "
+                "OR EXISTS (SELECT 1 FROM json_each(decisions.blamed) WHERE value = ?))"
+            )
+            args += [node, node]
+        rows = self._db.execute(
+            "SELECT job_id, restart, decided_at, state, cause, action, blamed, excluded, "
+            "drained, reasons, applied, outcome, user, nodes, confidence, root_backed, evidence "
+            f"FROM decisions WHERE {' AND '.join(where)} ORDER BY decided_at DESC, id DESC "
+            "LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+        return tuple(_row(r) for r in rows)
+
+    def node_events(self, since: float, node: str | None = None) -> tuple[NodeEvent, ...]:
+        query = (
+            "SELECT node, job_id, at, kind, cause, xid, multi_node FROM node_events "
+            "WHERE at >= ?" + (" AND node = ?" if node else "") + " ORDER BY at"
+        )
+        args: tuple[Any, ...] = (since, node) if node else (since,)
+        return tuple(
+            NodeEvent(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
+            for r in self._db.execute(query, args)
+        )
+
+
+def _row(r: Sequence[Any]) -> DecisionRow:
+    try:
+        evidence = json.loads(r[16]) if r[16] else None
+    except ValueError:
+        evidence = None
+    return DecisionRow(
+        job_id=r[0],
+        restart=r[1],
+        decided_at=r[2],
+        state=r[3],
+        cause=r[4],
+        action=r[5],
+        blamed=_json_list(r[6]),
+        excluded=_json_list(r[7]),
+        drained=_json_list(r[8]),
+        reasons=_json_list(r[9]),
+        applied=bool(r[10]),
+        outcome=r[11],
+        user=r[12],
+        nodes=_json_list(r[13]),
+        confidence=r[14],
+        root_backed=bool(r[15]),
+        evidence=evidence,
+    )

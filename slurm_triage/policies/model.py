@@ -1,0 +1,127 @@
+"""What policies read and what they return: frozen inputs, one Decision.
+
+A policy is a small pure callable `(PolicyInput, Decision) -> Decision`; policies compose
+with `|` (left to right), each refining the decision the previous ones reached and adding
+its reason, so the final Decision says why at every step.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from slurm_triage.taxonomy import Cause, Domain
+
+
+class Verdict(enum.StrEnum):
+    RECORD_ONLY = "record_only"  # leave the job ended; record why
+    REQUEUE = "requeue"
+    HOLD = "hold"  # requeue held, for an operator to look at
+
+
+class Family(enum.StrEnum):
+    """Requeue budgets are kept per family of causes."""
+
+    NODE_FAILURE = "node_failure"
+    PREEMPTION = "preemption"
+    UNKNOWN = "unknown"
+    OTHER = "other"
+
+
+_PREEMPTION = frozenset({Cause.PREEMPTED, Cause.TIMEOUT})
+
+
+def family(cause: Cause, domain: Domain) -> Family:
+    if cause in _PREEMPTION:
+        return Family.PREEMPTION
+    if cause is Cause.UNKNOWN:
+        return Family.UNKNOWN
+    if domain in (Domain.HARDWARE, Domain.INFRASTRUCTURE) or cause is Cause.HANG:
+        return Family.NODE_FAILURE
+    return Family.OTHER
+
+
+@dataclass(frozen=True)
+class PastDecision:
+    """An earlier decision for the same job (from the journal)."""
+
+    restart: int
+    cause: Cause
+    family: Family
+    verdict: str
+    at: float
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The job as the policies need it."""
+
+    job_id: int
+    user: str
+    partition: str
+    num_nodes: int
+    requeue: bool  # submitted with --requeue (or the cluster's JobRequeue default)
+    batch: bool
+    restart_count: int
+    excluded_nodes: tuple[str, ...]  # already excluded: the user's own and ours
+    comment: str
+    # Nodes of the job's partition that can run jobs now (not down, not drained).
+    usable_partition_nodes: tuple[str, ...]
+    opted_in: bool = False  # SLURM_TRIAGE_REQUEUE=1 in the submit environment
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    cause: Cause
+    domain: Domain
+    blamed: tuple[str, ...]
+    root_backed: bool
+    job: JobView
+    history: tuple[PastDecision, ...]
+    now: float
+    lemons: tuple[str, ...] = ()  # nodes of this job whose history makes them lemons
+    lemon_reasons: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict = Verdict.RECORD_ONLY
+    exclude: tuple[str, ...] = ()
+    drain: tuple[str, ...] = ()
+    begin_delay_s: float = 0.0
+    reasons: tuple[str, ...] = ()
+
+    def but(self, reason: str, **changes: Any) -> Decision:
+        """This decision changed as `changes` say, with the reason appended."""
+        return replace(self, **changes, reasons=(*self.reasons, reason))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "exclude": list(self.exclude),
+            "drain": list(self.drain),
+            "begin_delay_s": self.begin_delay_s,
+            "reasons": list(self.reasons),
+        }
+
+
+class Policy:
+    """A named pure step; `a | b` runs a, then b on a's result."""
+
+    def __init__(self, name: str, fn: Callable[[PolicyInput, Decision], Decision]) -> None:
+        self.name, self._fn = name, fn
+
+    def __call__(self, given: PolicyInput, decision: Decision | None = None) -> Decision:
+        return self._fn(given, decision or Decision())
+
+    def __or__(self, other: Policy) -> Policy:
+        return Policy(f"{self.name} | {other.name}", lambda g, d: other(g, self(g, d)))
+
+    def __repr__(self) -> str:
+        return f"Policy({self.name})"
+
+
+def policy(fn: Callable[[PolicyInput, Decision], Decision]) -> Policy:
+    return Policy(fn.__name__, fn)

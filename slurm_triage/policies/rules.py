@@ -1,0 +1,169 @@
+"""The policies, each a small pure step over (PolicyInput, Decision), and their default chain.
+
+Order matters and is the order below: what the cause asks for (taxonomy defaults, config
+overrides), whether this job may be requeued at all, the requeue budget, backoff, whether
+the exclusions still let the job fit, and what to drain (root-backed blame, lemon nodes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from slurm_triage.config import PolicyConfig
+from slurm_triage.policies.model import Decision, Family, Policy, PolicyInput, Verdict, family
+from slurm_triage.taxonomy import Action, Condition, info
+
+OPT_IN_TOKEN = "triage:requeue"
+RESUMABLE_TOKEN = "triage:resumable"
+
+
+def cause_defaults(config: PolicyConfig) -> Policy:
+    """Requeue, exclude or leave ended, as the taxonomy (or the config's lists) say."""
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        cause_info = info(g.cause)
+        name = g.cause.value
+        if name in config.never_requeue_causes:
+            return d.but(f"{name}: never requeued (policy.never_requeue_causes)")
+        wants = (
+            name in config.requeue_causes
+            if config.requeue_causes
+            else cause_info.action is not Action.NONE
+        )
+        if not wants:
+            return d.but(f"{name}: {cause_info.domain.value} cause, not requeued")
+        if cause_info.condition is Condition.IF_RESUMABLE and RESUMABLE_TOKEN not in g.job.comment:
+            return d.but(f"{name}: requeued only for resumable jobs (--comment {RESUMABLE_TOKEN})")
+        exclude = g.blamed if cause_info.action is Action.REQUEUE_EXCLUDE else ()
+        verdict = Verdict.HOLD if cause_info.action is Action.HOLD else Verdict.REQUEUE
+        what = f"requeue excluding {','.join(exclude)}" if exclude else verdict.value
+        return d.but(f"{name}: {what}", verdict=verdict, exclude=exclude)
+
+    return Policy("cause_defaults", step)
+
+
+def eligibility(config: PolicyConfig) -> Policy:
+    """Only batch jobs that asked to be requeued, not opted out (and opted in if required)."""
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        if d.verdict is Verdict.RECORD_ONLY:
+            return d
+        job = g.job
+        why = ""
+        if not job.batch:
+            why = "not a batch job: recorded only"
+        elif not job.requeue:
+            why = "job did not ask to be requeued (--no-requeue): recorded only"
+        elif job.user in config.opt_out_users:
+            why = f"user {job.user} opted out: recorded only"
+        elif job.partition in config.opt_out_partitions:
+            why = f"partition {job.partition} opted out: recorded only"
+        elif config.opt_in and not (job.opted_in or OPT_IN_TOKEN in job.comment):
+            why = f"site is opt-in and the job did not opt in ({OPT_IN_TOKEN}): recorded only"
+        if why:
+            return d.but(why, verdict=Verdict.RECORD_ONLY, exclude=())
+        return d
+
+    return Policy("eligibility", step)
+
+
+def requeue_budget(config: PolicyConfig) -> Policy:
+    """Hold a job that used up its requeues, in total or for this family of causes."""
+    limits = {
+        Family.NODE_FAILURE: config.max_node_failure_requeues,
+        Family.PREEMPTION: config.max_preemption_requeues,
+        Family.UNKNOWN: config.max_unknown_requeues,
+    }
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        if d.verdict is not Verdict.REQUEUE:
+            return d
+        ours = [p for p in g.history if p.verdict in (Verdict.REQUEUE, Verdict.HOLD)]
+        total = max(g.job.restart_count, len(ours))
+        if total >= config.max_requeues:
+            return d.but(
+                f"requeue budget spent ({total} of {config.max_requeues}): held",
+                verdict=Verdict.HOLD,
+            )
+        fam = family(g.cause, g.domain)
+        limit = limits.get(fam)
+        used = sum(1 for p in ours if p.family is fam)
+        if limit is not None and used >= limit:
+            return d.but(
+                f"{fam.value} requeue budget spent ({used} of {limit}): held", verdict=Verdict.HOLD
+            )
+        return d
+
+    return Policy("requeue_budget", step)
+
+
+def backoff(config: PolicyConfig) -> Policy:
+    """The n-th requeue for the same cause waits base * 2^(n-2), capped (the first: none)."""
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        if d.verdict is not Verdict.REQUEUE or config.backoff_base_s <= 0:
+            return d
+        same = sum(1 for p in g.history if p.cause is g.cause and p.verdict == Verdict.REQUEUE)
+        if same == 0:
+            return d
+        delay = min(config.backoff_base_s * 2 ** (same - 1), config.backoff_max_s)
+        return d.but(
+            f"{same} earlier requeue(s) for {g.cause.value}: start in {delay:g}s",
+            begin_delay_s=delay,
+        )
+
+    return Policy("backoff", step)
+
+
+def must_fit(config: PolicyConfig) -> Policy:
+    """Never exclude so many nodes that the job cannot run in its partition."""
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        if d.verdict is not Verdict.REQUEUE or not d.exclude:
+            return d
+        excluded = set(g.job.excluded_nodes) | set(d.exclude)
+        usable = [n for n in g.job.usable_partition_nodes if n not in excluded]
+        if len(usable) >= g.job.num_nodes:
+            return d
+        why = (
+            f"excluding {','.join(d.exclude)} leaves {len(usable)} usable node(s) in "
+            f"{g.job.partition or 'the partition'} for a {g.job.num_nodes}-node job"
+        )
+        if config.cant_fit == "hold":
+            return d.but(f"{why}: held", verdict=Verdict.HOLD, exclude=())
+        return d.but(f"{why}: requeued without exclusion", exclude=())
+
+    return Policy("must_fit", step)
+
+
+def drains(config: PolicyConfig) -> Policy:
+    """Drain blamed nodes only on root-collected evidence, and lemon nodes of this job."""
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        if not config.act:
+            return d
+        drain: list[str] = []
+        if g.blamed and g.cause.value in config.drain_causes:
+            if g.root_backed:
+                drain += list(g.blamed)
+                d = d.but(f"drain {','.join(g.blamed)}: root-collected evidence of {g.cause.value}")
+            else:
+                d = d.but(f"not draining {','.join(g.blamed)}: only the job's own evidence")
+        for node in g.lemons:
+            if node not in drain:
+                drain.append(node)
+                d = d.but(f"drain {node} as a lemon: {g.lemon_reasons.get(node, '')}".rstrip())
+        return replace(d, drain=tuple(drain))
+
+    return Policy("drains", step)
+
+
+def default_chain(config: PolicyConfig) -> Policy:
+    return (
+        cause_defaults(config)
+        | eligibility(config)
+        | requeue_budget(config)
+        | backoff(config)
+        | must_fit(config)
+        | drains(config)
+    )

@@ -1,0 +1,131 @@
+"""The one actuator: carries a policy Decision out through the Slurm door (dry-run capable).
+
+Order is Slurm's: requeue first (before it, updates fail with "Job has already finished"),
+then the exclusions and the begin time on the now-pending job, then drains, then the
+AdminComment summary. Each step's failure is recorded and the next steps still run; a
+drain never overrides a node an admin drained.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from slurm_triage.logs import get_logger
+from slurm_triage.policies import Decision, Verdict
+from slurm_triage.slurm import SlurmDoor, SlurmError
+
+DRAIN_PREFIX = "triage: "
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What actually happened in Slurm."""
+
+    requeued: bool = False
+    held: bool = False
+    excluded: tuple[str, ...] = ()
+    drained: tuple[str, ...] = ()
+    skipped_drains: tuple[str, ...] = ()
+    errors: tuple[str, ...] = field(default=())
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "requeued": self.requeued,
+            "held": self.held,
+            "excluded": list(self.excluded),
+            "drained": list(self.drained),
+            "skipped_drains": list(self.skipped_drains),
+            "errors": list(self.errors),
+            "dry_run": self.dry_run,
+        }
+
+
+def admin_comment(cause: str, nodes: tuple[str, ...], decision: Decision, restart: int) -> str:
+    """The compact summary kept in Slurm's accounting with the job."""
+    summary = {
+        "triage": {
+            "cause": cause,
+            "nodes": list(nodes),
+            "action": decision.verdict.value,
+            "n": restart,
+        }
+    }
+    if decision.exclude:
+        summary["triage"]["excluded"] = list(decision.exclude)
+    return json.dumps(summary, separators=(",", ":"))
+
+
+def carry_out(
+    door: SlurmDoor,
+    job_id: int,
+    decision: Decision,
+    *,
+    cause: str,
+    blamed: tuple[str, ...],
+    restart: int,
+    drain_reason: str,
+    dry_run: bool,
+) -> Applied:
+    log = get_logger(job_id=job_id)
+    if dry_run:
+        log.info(
+            "decision_dry_run",
+            verdict=decision.verdict.value,
+            exclude=list(decision.exclude),
+            drain=list(decision.drain),
+        )
+        return Applied(dry_run=True)
+    errors: list[str] = []
+    requeued = held = False
+    excluded: tuple[str, ...] = ()
+    if decision.verdict in (Verdict.REQUEUE, Verdict.HOLD):
+        held = decision.verdict is Verdict.HOLD
+        requeued = _step(errors, "requeue", lambda: door.requeue(job_id, hold=held))
+        if requeued and decision.exclude:
+            result: list[tuple[str, ...]] = []
+            if _step(
+                errors,
+                "exclude",
+                lambda: result.append(door.set_excluded_nodes(job_id, decision.exclude)),
+            ):
+                excluded = result[0]
+        if requeued and decision.begin_delay_s > 0:
+            _step(errors, "begin_time", lambda: door.set_begin_time(job_id, decision.begin_delay_s))
+    drained, skipped = _drain(door, decision.drain, drain_reason, errors)
+    summary = admin_comment(cause, blamed, decision, restart + (1 if requeued else 0))
+    _step(errors, "admin_comment", lambda: door.set_admin_comment(job_id, summary))
+    for error in errors:
+        log.error("decision_step_failed", error=error)
+    return Applied(requeued and not held, held, excluded, drained, skipped, tuple(errors))
+
+
+def _drain(
+    door: SlurmDoor, nodes: tuple[str, ...], reason: str, errors: list[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    drained, skipped = [], []
+    for node in nodes:
+        try:
+            current = door.node(node)
+            if current.drained:
+                skipped.append(node)  # ours already, or an admin's: leave it as it is
+                continue
+            door.drain(node, reason)
+            drained.append(node)
+        except SlurmError as exc:
+            errors.append(f"drain {node}: {exc}")
+    return tuple(drained), tuple(skipped)
+
+
+def _step(errors: list[str], what: str, action: object) -> bool:
+    try:
+        action()  # type: ignore[operator]
+        return True
+    except SlurmError as exc:
+        errors.append(f"{what}: {exc}")
+        return False

@@ -1,0 +1,345 @@
+"""The decision, once per job end: merge all nodes' evidence, attribute, ask the policy, act.
+
+Runs as EpilogSlurmctld (or in the epilog of the job's first node). Exactly one decision
+per job end even when deciders race: the journal's `claim(job, restart)` admits one. Gather
+(I/O) is apart from judging (attribute + policy chain, pure) and from acting (actuator).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from slurm_triage.attribution import Attribution, attribute, job_window
+from slurm_triage.config import Config
+from slurm_triage.evidence import (
+    Fact,
+    KernelEvent,
+    ProcessExit,
+    SlurmState,
+    Source,
+    fact_to_dict,
+    parse_job_state,
+)
+from slurm_triage.journal import Journal, JournalError, NodeEvent
+from slurm_triage.logs import get_logger
+from slurm_triage.policies import Decision, JobView, PastDecision, PolicyInput, default_chain
+from slurm_triage.policies import family as cause_family
+from slurm_triage.policies.lemons import node_signals
+from slurm_triage.prolog_epilog import actuator, safe_files
+from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError, hostlist, open_door
+from slurm_triage.taxonomy import info, parse_cause
+
+# While EpilogSlurmctld runs, slurmctld shows COMPLETING; the reason says how it ended.
+_REASON_STATE = {
+    "NonZeroExitCode": "FAILED",
+    "RaisedSignal": "FAILED",
+    "JobLaunchFailure": "FAILED",
+    "NodeDown": "NODE_FAIL",
+    "NodeFail": "NODE_FAIL",
+    "TimeLimit": "TIMEOUT",
+    "Preempted": "PREEMPTED",
+    "OutOfMemory": "OUT_OF_MEMORY",
+}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """One job end as the decider sees it."""
+
+    job_id: int
+    restart: int
+    nodes: tuple[str, ...]
+    uid: int
+    exit_code: int
+    exit_signal: int
+    ended_at: float
+
+    @classmethod
+    def from_env(cls, env: dict[str, str], now: float) -> Ending:
+        code, _, sig = env.get("SLURM_JOB_EXIT_CODE2", "0:0").partition(":")
+        nodes = hostlist.expand(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
+        return cls(
+            job_id=int(env["SLURM_JOB_ID"]),
+            restart=int(env.get("SLURM_JOB_RESTART_COUNT") or 0),
+            nodes=tuple(nodes),
+            uid=int(env.get("SLURM_JOB_UID", "-1")),
+            exit_code=int(code or 0),
+            exit_signal=int(sig or 0),
+            ended_at=now,
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job_id: int
+    decided: bool  # False when another decider had already claimed this job end
+    attribution: Attribution | None = None
+    decision: Decision | None = None
+    applied: actuator.Applied | None = None
+
+
+def final_state(door: SlurmDoor, job: JobInfo, wait_s: float) -> str:
+    """The job's end state ("CANCELLED by 0" style): from the controller once final, else
+    from accounting (slurmctld shows COMPLETING while EpilogSlurmctld runs), else from the
+    controller's reason."""
+    if job.state.finished:
+        return job.state.value
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            accounted = door.accounted_job(job.job_id)
+            if accounted.state.finished:
+                return accounted.state_text or accounted.state.value
+        except SlurmError:
+            pass
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    fallback = _REASON_STATE.get(job.state_reason.split(" ")[0], "")
+    if fallback:
+        return fallback
+    return "COMPLETED" if (job.exit_code, job.exit_signal) == (0, 0) else "FAILED"
+
+
+def wait_for_root_records(config: Config, ending: Ending) -> tuple[str, ...]:
+    """Wait (bounded) until every node's epilog wrote its record; return the missing nodes."""
+    deadline = time.monotonic() + config.decision.wait_for_nodes_s
+    missing = list(ending.nodes)
+    while missing:
+        missing = [
+            n
+            for n in missing
+            if not safe_files.root_record_present(config.paths.evidence_dir, ending.job_id, n)
+        ]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    return tuple(missing)
+
+
+def gather(config: Config, ending: Ending, state_text: str) -> list[Fact]:
+    """All facts for this job end: Slurm's own, root's records and the job's records."""
+    state, by_uid = parse_job_state(state_text)
+    facts: list[Fact] = [
+        SlurmState(time=ending.ended_at, source=Source.ROOT, state=state, by_uid=by_uid),
+        ProcessExit(
+            time=ending.ended_at,
+            source=Source.ROOT,
+            exit_code=ending.exit_code,
+            signal=ending.exit_signal or None,
+        ),
+    ]
+    roots = safe_files.read_root_records(config.paths.evidence_dir, ending.job_id, ending.nodes)
+    users = safe_files.read_user_records(config.paths.evidence_dir, ending.job_id, ending.uid)
+    for record in (*roots.records, *users.records):
+        facts += record.facts
+    return facts
+
+
+def _history(journal: Journal, job_id: int, restart: int) -> tuple[PastDecision, ...]:
+    past = []
+    for row in journal.decisions(job_id=job_id):
+        if row.restart >= restart or not row.cause:
+            continue
+        cause = parse_cause(row.cause)
+        past.append(
+            PastDecision(
+                row.restart,
+                cause,
+                cause_family(cause, info(cause).domain),
+                row.action or "",
+                row.decided_at or 0.0,
+            )
+        )
+    return tuple(sorted(past, key=lambda p: p.restart))
+
+
+def _job_view(door: SlurmDoor, job: JobInfo, env: dict[str, str]) -> JobView:
+    try:
+        usable = tuple(
+            n.name
+            for n in door.nodes()
+            if job.partition in n.partitions and n.responding and not n.drained
+        )
+    except SlurmError:
+        usable = ()
+    return JobView(
+        job_id=job.job_id,
+        user=job.user,
+        partition=job.partition,
+        num_nodes=job.num_nodes or 1,
+        requeue=job.requeue,
+        batch=job.batch,
+        restart_count=job.restart_count,
+        excluded_nodes=job.excluded_nodes,
+        comment=job.comment,
+        usable_partition_nodes=usable,
+        opted_in=env.get("SLURM_TRIAGE_REQUEUE") == "1",
+    )
+
+
+def _node_events(
+    ending: Ending, attribution: Attribution, decision: Decision, applied: actuator.Applied
+) -> list[NodeEvent]:
+    multi = len(ending.nodes) > 1
+    now = time.time()
+    xids = {
+        f.node: f.xid
+        for f in attribution.evidence
+        if isinstance(f, KernelEvent) and f.xid is not None
+    }
+    events = [
+        NodeEvent(n, ending.job_id, now, "blamed", attribution.cause.value, xids.get(n), multi)
+        for n in attribution.nodes
+    ]
+    events += [
+        NodeEvent(n, ending.job_id, now, "excluded", None, None, multi)
+        for n in applied.excluded or (decision.exclude if applied.dry_run else ())
+    ]
+    events += [
+        NodeEvent(n, ending.job_id, now, "drained", attribution.cause.value, None, multi)
+        for n in applied.drained
+    ]
+    return events
+
+
+def _lemons(
+    journal: Journal, config: Config, ending: Ending, attribution: Attribution
+) -> dict[str, str]:
+    since = time.time() - config.policy.lemon_window_days * 86400
+    current = [
+        NodeEvent(
+            n,
+            ending.job_id,
+            time.time(),
+            "blamed",
+            attribution.cause.value,
+            None,
+            len(ending.nodes) > 1,
+        )
+        for n in attribution.nodes
+    ]
+    signals = node_signals([*journal.node_events(since), *current], config.policy)
+    return {n: "; ".join(s.reasons) for n, s in signals.items() if s.lemon and n in ending.nodes}
+
+
+def decide(
+    config: Config, ending: Ending, door: SlurmDoor, journal: Journal, env: dict[str, str]
+) -> Outcome:
+    log = get_logger(job_id=ending.job_id, restart=ending.restart)
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    if not journal.claim(ending.job_id, ending.restart, owner):
+        log.info("decision_already_taken")
+        return Outcome(ending.job_id, decided=False)
+    job = door.job(ending.job_id)
+    state_text = final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
+    if state_text != "COMPLETED":
+        missing = wait_for_root_records(config, ending)
+        if missing:
+            log.warning("decision_missing_node_evidence", nodes=list(missing))
+    facts = gather(config, ending, state_text)
+    attribution = attribute(facts, window=job_window(ending.ended_at))
+    lemons = _lemons(journal, config, ending, attribution) if attribution.nodes else {}
+    given = PolicyInput(
+        cause=attribution.cause,
+        domain=attribution.domain,
+        blamed=attribution.nodes,
+        root_backed=attribution.root_backed,
+        job=_job_view(door, job, env),
+        history=_history(journal, ending.job_id, ending.restart),
+        now=time.time(),
+        lemons=tuple(lemons),
+        lemon_reasons=lemons,
+    )
+    decision = default_chain(config.policy)(given)
+    reason = (
+        f"{actuator.DRAIN_PREFIX}{attribution.cause.value} job={ending.job_id}: "
+        f"{attribution.reason}"
+    )
+    applied = actuator.carry_out(
+        door,
+        ending.job_id,
+        decision,
+        cause=attribution.cause.value,
+        blamed=attribution.nodes,
+        restart=ending.restart,
+        drain_reason=reason,
+        dry_run=not config.policy.act,
+    )
+    _record(journal, ending, job, state_text, attribution, decision, applied)
+    log.info(
+        "decision_made",
+        cause=attribution.cause.value,
+        nodes=list(attribution.nodes),
+        verdict=decision.verdict.value,
+        exclude=list(decision.exclude),
+        drain=list(applied.drained),
+        reasons=list(decision.reasons),
+        errors=list(applied.errors),
+    )
+    return Outcome(ending.job_id, True, attribution, decision, applied)
+
+
+def _record(
+    journal: Journal,
+    ending: Ending,
+    job: JobInfo,
+    state_text: str,
+    attribution: Attribution,
+    decision: Decision,
+    applied: actuator.Applied,
+) -> None:
+    evidence = [fact_to_dict(f) for f in attribution.evidence][:200]
+    journal.record(
+        ending.job_id,
+        ending.restart,
+        {
+            "state": state_text,
+            "exit_code": ending.exit_code,
+            "exit_signal": ending.exit_signal,
+            "user": job.user,
+            "partition": job.partition,
+            "num_nodes": job.num_nodes,
+            "nodes": list(ending.nodes),
+            "cause": attribution.cause.value,
+            "domain": attribution.domain.value,
+            "confidence": attribution.confidence,
+            "root_backed": int(attribution.root_backed),
+            "blamed": list(attribution.nodes),
+            "action": decision.verdict.value,
+            "excluded": list(applied.excluded),
+            "drained": list(applied.drained),
+            "begin_delay_s": decision.begin_delay_s,
+            "reasons": list(decision.reasons),
+            "applied": int(applied.ok and not applied.dry_run),
+            "outcome": "dry_run"
+            if applied.dry_run
+            else ("ok" if applied.ok else "; ".join(applied.errors)[:1000]),
+            "evidence": evidence,
+        },
+        _node_events(ending, attribution, decision, applied),
+    )
+
+
+def decide_from_env(
+    config: Config, env: dict[str, str] | None = None, door: SlurmDoor | None = None
+) -> Outcome | None:
+    """Entry for EpilogSlurmctld / the first node's epilog: never raises our own errors."""
+    env = dict(os.environ) if env is None else env
+    log = get_logger(job_id=env.get("SLURM_JOB_ID"))
+    try:
+        ending = Ending.from_env(env, time.time())
+        journal = Journal(config.decision.journal, config.decision.journal_busy_timeout_s)
+        door = door or open_door(config.slurm)
+        try:
+            return decide(config, ending, door, journal, env)
+        finally:
+            journal.close()
+    except (JournalError, SlurmError) as exc:
+        log.error("decision_failed", error=str(exc))
+    except (KeyError, ValueError, hostlist.HostlistError) as exc:
+        log.error("decision_bad_environment", error=f"{type(exc).__name__}: {exc}")
+    return None

@@ -1,0 +1,216 @@
+"""Epilog= on every node of a job (root): collect root-side evidence for the job's window.
+
+Gathers, bounded by `decision.epilog_deadline_s`: kernel-log events from 10 minutes before
+the job's end to now (XIDs, fallen off the bus, AER, MCE/EDAC, OOM kills), NVML state, and,
+when the job failed, a targeted post-job check of the suspect subsystems; writes them as
+this node's root record. It never exits non-zero for our own trouble: Slurm drains a node
+whose Epilog fails, and our bugs must not drain nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from slurm_triage.attribution import job_window
+from slurm_triage.config import Config
+from slurm_triage.evidence import (
+    CheckStatus,
+    EvidenceRecord,
+    Fact,
+    HealthCheck,
+    NvmlCondition,
+    NvmlFact,
+    Source,
+    record_to_json,
+)
+from slurm_triage.health_checks import registry
+from slurm_triage.health_checks.kernel_log import read_kernel_events
+from slurm_triage.health_checks.result import CheckResult, Status
+from slurm_triage.health_checks.runner import FactError, FactSources, Run, expand
+from slurm_triage.logs import get_logger
+from slurm_triage.prolog_epilog.safe_files import write_root_record
+from slurm_triage.taxonomy import Cause
+
+# Subsystems a failed job makes suspect: checked on every failed job's nodes.
+POST_JOB_CHECKS = (
+    "gpu.count",
+    "gpu.lost",
+    "gpu.ecc",
+    "gpu.row_remap",
+    "gpu.nvlink",
+    "ib.ports",
+    "fs.mounts",
+)
+CHECK_CAUSE = {
+    "gpu.count": Cause.GPU_UNAVAILABLE,
+    "gpu.lost": Cause.GPU_UNAVAILABLE,
+    "gpu.xid": None,
+    "gpu.ecc": Cause.GPU_MEMORY,
+    "gpu.row_remap": Cause.GPU_MEMORY,
+    "gpu.nvlink": Cause.GPU_NVLINK,
+    "gpu.pcie": Cause.PCIE,
+    "gpu.thermal": Cause.THERMAL,
+    "ib.ports": Cause.INFINIBAND,
+    "fs.mounts": Cause.FILESYSTEM,
+    "host.memory": Cause.HOST_HARDWARE,
+    "host.disk": None,
+    "gpu.processes": None,
+}
+_STATUS = {
+    Status.OK: CheckStatus.OK,
+    Status.WARN: CheckStatus.WARN,
+    Status.FAIL: CheckStatus.FAIL,
+    Status.UNKNOWN: CheckStatus.UNKNOWN,
+    Status.SKIPPED: CheckStatus.SKIPPED,
+}
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """What slurmd tells the Epilog about the job that just ended (its environment)."""
+
+    job_id: int
+    node: str
+    uid: int
+    failed: bool
+    restart: int
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> JobEnd:
+        code = env.get("SLURM_JOB_EXIT_CODE2", "0:0")
+        return cls(
+            job_id=int(env["SLURM_JOB_ID"]),
+            node=env["SLURMD_NODENAME"],
+            uid=int(env.get("SLURM_JOB_UID", "-1")),
+            failed=code not in ("0:0", ""),
+            restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0),
+        )
+
+
+def health_fact(result: CheckResult, node: str, when: float) -> HealthCheck:
+    cause = CHECK_CAUSE.get(result.check) if result.failed else None
+    return HealthCheck(
+        node=node,
+        time=when,
+        source=Source.ROOT,
+        check=result.check,
+        status=_STATUS[result.status],
+        reason=result.reason,
+        cause=cause,
+    )
+
+
+def nvml_facts(config: Config, node: str, now: float) -> list[Fact]:
+    """Root's NVML view: lost GPUs and init failures as facts (details are in the checks)."""
+    sources = FactSources(config.health, node, config.health.check_timeout_s)
+    try:
+        nvml = sources.get("nvml")
+    except FactError as exc:
+        return [
+            NvmlFact(
+                node=node,
+                time=now,
+                source=Source.ROOT,
+                condition=NvmlCondition.UNKNOWN,
+                detail=str(exc)[:300],
+            )
+        ]
+    if nvml.init_error:
+        return [
+            NvmlFact(
+                node=node,
+                time=now,
+                source=Source.ROOT,
+                condition=NvmlCondition.INIT_FAILED,
+                detail=nvml.init_error,
+            )
+        ]
+    facts: list[Fact] = []
+    for gpu in nvml.gpus:
+        if gpu.error == "NVMLError_GpuIsLost":
+            facts.append(
+                NvmlFact(
+                    node=node,
+                    time=now,
+                    source=Source.ROOT,
+                    condition=NvmlCondition.GPU_LOST,
+                    gpu=str(gpu.index),
+                )
+            )
+        elif gpu.error == "NVMLError_ResetRequired":
+            facts.append(
+                NvmlFact(
+                    node=node,
+                    time=now,
+                    source=Source.ROOT,
+                    condition=NvmlCondition.RESET_REQUIRED,
+                    gpu=str(gpu.index),
+                )
+            )
+    return facts
+
+
+def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRecord:
+    """Root-side facts for this node and this job's window."""
+    now = time.time() if now is None else now
+    window = job_window(now)
+    facts: list[Fact] = []
+    log = get_logger(job_id=end.job_id, node=end.node)
+    try:
+        events = read_kernel_events(expand(config.health.kernel_log, end.node), end.node)
+        facts += [e for e in events if e.time is None or window.contains(e.time)]
+    except Exception as exc:  # a missing or unreadable kernel log is not fatal here
+        log.warning("epilog_kernel_log_unreadable", error=str(exc)[:200])
+    if config.health.expected_gpus:
+        facts += nvml_facts(config, end.node, now)
+    if end.failed:
+        specs = registry.select(list(POST_JOB_CHECKS), everything=False)
+        report = Run(
+            config,
+            specs,
+            mode="epilog",
+            node=end.node,
+            deadline_s=config.decision.epilog_deadline_s / 2,
+        ).execute()
+        facts += [
+            health_fact(r, end.node, now) for r in report.results if r.status is not Status.SKIPPED
+        ]
+    return EvidenceRecord(
+        job_id=str(end.job_id),
+        node=end.node,
+        step="epilog",
+        collected_by=Source.ROOT,
+        facts=tuple(facts),
+    )
+
+
+def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
+    """Collect and write this node's root record; then decide if this node must."""
+    env = dict(os.environ) if env is None else env
+    end = JobEnd.from_env(env)
+    log = get_logger(job_id=end.job_id, node=end.node)
+    record = collect(config, end)
+    try:
+        path = write_root_record(
+            config.paths.evidence_dir, end.job_id, end.node, record_to_json(record)
+        )
+        log.info("epilog_evidence_written", path=path, facts=len(record.facts))
+    except Exception as exc:
+        log.error("epilog_evidence_unwritten", error=f"{type(exc).__name__}: {exc}")
+    if config.decision.run_in == "first_node_epilog" and _first_node(env) == end.node:
+        from slurm_triage.prolog_epilog.decide import decide_from_env
+
+        decide_from_env(config, env)
+    return 0
+
+
+def _first_node(env: dict[str, str]) -> str | None:
+    from slurm_triage.slurm import hostlist
+
+    try:
+        nodes = hostlist.expand(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
+    except hostlist.HostlistError:
+        return None
+    return nodes[0] if nodes else None

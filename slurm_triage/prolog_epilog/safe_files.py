@@ -1,0 +1,238 @@
+"""Reading what a job wrote, and writing what root collected, without trusting the job.
+
+The epilog runs as root and the decision as SlurmUser; both read files in a directory the
+job's user owns. So: every open is relative to a directory fd, with O_NOFOLLOW (a symlink
+to /etc/shadow is refused, not followed) and O_NONBLOCK (a FIFO cannot hang us); the file
+must be a regular file owned by the job's user, under the size cap, valid against our
+schema, and name this job and the node its file name says. Anything else is ignored with
+one log line. Root's own records live in `<evidence_dir>/_root/<job>/`, which must be
+owned by root, so a user can neither plant nor replace them.
+
+Layout:
+    <evidence_dir>/<job>/<node>.<step>[.<task>].json     the wrapper's records (user)
+    <evidence_dir>/_root/<job>/<node>.json               the epilog's records (root)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+
+from slurm_triage.evidence import EvidenceError, EvidenceRecord, Source, parse_record
+from slurm_triage.logs import get_logger
+
+ROOT_AREA = "_root"
+MAX_RECORD_BYTES = 1 << 20
+MAX_RECORDS_PER_JOB = 4096
+_USER_NAME = re.compile(
+    r"^(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]{0,127}?)\.(?P<step>[A-Za-z0-9_]+)"
+    r"(?:\.(?P<task>\d+))?\.json$"
+)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafeEvidence(Exception):
+    """A file or directory failed a safety check; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    records: tuple[EvidenceRecord, ...]
+    rejected: tuple[str, ...]  # one line per ignored file or directory
+
+
+@contextmanager
+def _open_dir(name: str, dir_fd: int | None = None) -> Iterator[int]:
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeEvidence(f"{name}: is a symlink") from None
+        if exc.errno == errno.ENOTDIR:
+            raise UnsafeEvidence(f"{name}: not a directory") from None
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _check_owner(fd: int, name: str, owners: tuple[int, ...], shared_ok: bool = False) -> None:
+    st = os.fstat(fd)
+    if st.st_uid not in owners:
+        raise UnsafeEvidence(f"{name}: owned by uid {st.st_uid}, expected {owners[0]}")
+    if not shared_ok and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeEvidence(f"{name}: writable by group or others")
+
+
+def _read_capped(name: str, dir_fd: int, owner: int, cap: int) -> bytes:
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeEvidence(f"{name}: is a symlink") from None
+        raise UnsafeEvidence(f"{name}: cannot open: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeEvidence(f"{name}: not a regular file")
+        if st.st_uid != owner:
+            raise UnsafeEvidence(f"{name}: owned by uid {st.st_uid}, not the job's {owner}")
+        if st.st_size > cap:
+            raise UnsafeEvidence(f"{name}: {st.st_size} bytes, over the {cap} cap")
+        data = os.read(fd, cap + 1)
+        if len(data) > cap:
+            raise UnsafeEvidence(f"{name}: grew past the {cap} byte cap while read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_user_records(
+    evidence_dir: str,
+    job_id: int,
+    uid: int,
+    *,
+    node: str | None = None,
+    cap: int = MAX_RECORD_BYTES,
+) -> ReadResult:
+    """The wrapper's records for a job (all nodes, or one), every fact downgraded to USER."""
+    records: list[EvidenceRecord] = []
+    rejected: list[str] = []
+    try:
+        with _open_dir(evidence_dir) as base, _open_dir(str(job_id), base) as job_fd:
+            _check_owner(job_fd, f"{evidence_dir}/{job_id}", (uid, 0))
+            names = sorted(os.listdir(job_fd))[: MAX_RECORDS_PER_JOB * 2]
+            for name in names:
+                match = _USER_NAME.match(name)
+                if not match or (node and match["node"] != node):
+                    continue
+                if len(records) >= MAX_RECORDS_PER_JOB:
+                    rejected.append(f"{name}: more than {MAX_RECORDS_PER_JOB} records")
+                    break
+                try:
+                    record = parse_record(
+                        _read_capped(name, job_fd, uid, cap),
+                        max_bytes=cap,
+                        trusted_source=Source.USER,
+                    )
+                    _check_names(record, job_id, match["node"], name)
+                    records.append(record)
+                except (UnsafeEvidence, EvidenceError) as exc:
+                    rejected.append(f"{job_id}/{name}: {exc}")
+    except FileNotFoundError:
+        pass  # the job wrote nothing (no wrapper): not a problem
+    except (UnsafeEvidence, OSError) as exc:
+        rejected.append(f"{evidence_dir}/{job_id}: {exc}")
+    _log_rejections(job_id, rejected)
+    return ReadResult(tuple(records), tuple(rejected))
+
+
+def _check_names(record: EvidenceRecord, job_id: int, node: str, name: str) -> None:
+    if record.job_id != str(job_id):
+        raise UnsafeEvidence(f"{name}: names job {record.job_id}, not {job_id}")
+    if record.node != node:
+        raise UnsafeEvidence(f"{name}: names node {record.node}, not {node}")
+
+
+def _log_rejections(job_id: int, rejected: list[str]) -> None:
+    log = get_logger(job_id=job_id)
+    for line in rejected:
+        log.warning("evidence_rejected", detail=line)
+
+
+def read_root_records(
+    evidence_dir: str, job_id: int, nodes: list[str] | tuple[str, ...], cap: int = MAX_RECORD_BYTES
+) -> ReadResult:
+    """The epilogs' records for these nodes, trusted only from root's own area."""
+    records: list[EvidenceRecord] = []
+    rejected: list[str] = []
+    try:
+        with (
+            _open_dir(evidence_dir) as base,
+            _open_dir(ROOT_AREA, base) as area,
+            _open_dir(str(job_id), area) as job_fd,
+        ):
+            _check_owner(area, ROOT_AREA, (0,))
+            _check_owner(job_fd, f"{ROOT_AREA}/{job_id}", (0,))
+            for node in nodes:
+                try:
+                    record = parse_record(
+                        _read_capped(f"{node}.json", job_fd, 0, cap), max_bytes=cap
+                    )
+                except UnsafeEvidence as exc:
+                    if "cannot open" not in str(exc):
+                        rejected.append(str(exc))
+                    continue
+                except EvidenceError as exc:
+                    rejected.append(f"{node}.json: {exc}")
+                    continue
+                if (
+                    record.collected_by is Source.ROOT
+                    and record.job_id == str(job_id)
+                    and record.node == node
+                ):
+                    records.append(record)
+                else:
+                    rejected.append(f"{node}.json: not a root record for job {job_id}/{node}")
+    except FileNotFoundError:
+        pass
+    except (UnsafeEvidence, OSError) as exc:
+        rejected.append(f"{evidence_dir}/{ROOT_AREA}/{job_id}: {exc}")
+    _log_rejections(job_id, rejected)
+    return ReadResult(tuple(records), tuple(rejected))
+
+
+def root_record_present(evidence_dir: str, job_id: int, node: str) -> bool:
+    path = os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}.json")
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _ensure_root_dir(name: str, parent_fd: int) -> int:
+    with suppress(FileExistsError):
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        _check_owner(fd, name, (os.geteuid(),))
+    except UnsafeEvidence:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_root_record(evidence_dir: str, job_id: int, node: str, data: bytes) -> str:
+    """Write root's record atomically where no user can touch it; returns its path."""
+    with _open_dir(evidence_dir) as base:
+        area = _ensure_root_dir(ROOT_AREA, base)
+        try:
+            job_fd = _ensure_root_dir(str(job_id), area)
+        finally:
+            os.close(area)
+        try:
+            tmp = f".{node}.{os.getpid()}.tmp"
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644,
+                dir_fd=job_fd,
+            )
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, f"{node}.json", src_dir_fd=job_fd, dst_dir_fd=job_fd)
+            os.fsync(job_fd)
+        finally:
+            os.close(job_fd)
+    return os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}.json")
