@@ -12,7 +12,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from slurm_triage.attribution import Attribution, attribute, job_window
+from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, scan_lines
 from slurm_triage.config import Config
 from slurm_triage.evidence import (
     Fact,
@@ -120,8 +120,28 @@ def wait_for_root_records(config: Config, ending: Ending) -> tuple[str, ...]:
     return tuple(missing)
 
 
-def gather(config: Config, ending: Ending, state_text: str) -> list[Fact]:
-    """All facts for this job end: Slurm's own, root's records and the job's records."""
+OUTPUT_TAIL_BYTES = 1 << 20
+
+
+def output_facts(job: JobInfo, uid: int) -> list[Fact]:
+    """Signatures in the tail of the batch script's output (jobs without the wrapper too):
+    the job's own words, so USER facts tied to the batch host."""
+    facts: list[Fact] = []
+    for path in dict.fromkeys(p for p in (job.std_out, job.std_err) if p.startswith("/")):
+        try:
+            data = safe_files.read_user_tail(path, uid, OUTPUT_TAIL_BYTES)
+        except safe_files.UnsafeEvidence as exc:
+            get_logger(job_id=job.job_id).info("job_output_unread", detail=str(exc))
+            continue
+        lines = decode_tail(data, whole_file=len(data) < OUTPUT_TAIL_BYTES)
+        facts += scan_lines(lines, node=job.batch_host or None, source=Source.USER)
+    return facts
+
+
+def gather(config: Config, ending: Ending, state_text: str,
+           job: JobInfo | None = None) -> list[Fact]:
+    """All facts for this job end: Slurm's own, root's records, the job's records and the
+    tail of its output file."""
     state, by_uid = parse_job_state(state_text)
     facts: list[Fact] = [
         SlurmState(time=ending.ended_at, source=Source.ROOT, state=state, by_uid=by_uid),
@@ -136,6 +156,8 @@ def gather(config: Config, ending: Ending, state_text: str) -> list[Fact]:
     users = safe_files.read_user_records(config.paths.evidence_dir, ending.job_id, ending.uid)
     for record in (*roots.records, *users.records):
         facts += record.facts
+    if job is not None:
+        facts += output_facts(job, ending.uid)
     return facts
 
 
@@ -240,7 +262,7 @@ def decide(
         missing = wait_for_root_records(config, ending)
         if missing:
             log.warning("decision_missing_node_evidence", nodes=list(missing))
-    facts = gather(config, ending, state_text)
+    facts = gather(config, ending, state_text, job)
     attribution = attribute(facts, window=job_window(ending.ended_at))
     lemons = _lemons(journal, config, ending, attribution) if attribution.nodes else {}
     given = PolicyInput(

@@ -148,6 +148,27 @@ def _log_rejections(job_id: int, rejected: list[str]) -> None:
         log.warning("evidence_rejected", detail=line)
 
 
+def read_user_tail(path: str, uid: int, max_bytes: int) -> bytes:
+    """The tail of a job's output file: not via a symlink, a regular file of the job's user."""
+    fd = None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeEvidence(f"{path}: not a regular file")
+        if st.st_uid != uid:
+            raise UnsafeEvidence(f"{path}: owned by uid {st.st_uid}, not the job's {uid}")
+        os.lseek(fd, max(0, st.st_size - max_bytes), os.SEEK_SET)
+        return os.read(fd, max_bytes)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeEvidence(f"{path}: is a symlink") from None
+        raise UnsafeEvidence(f"{path}: cannot open: {exc.strerror}") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def read_root_records(
     evidence_dir: str, job_id: int, nodes: list[str] | tuple[str, ...], cap: int = MAX_RECORD_BYTES
 ) -> ReadResult:

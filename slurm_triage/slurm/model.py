@@ -120,6 +120,9 @@ class JobInfo:
     comment: str
     source: str
     state_text: str = ""  # Slurm's own words, e.g. "CANCELLED by 0" (accounting)
+    std_out: str = ""  # the batch script's output file, as slurmctld expanded it
+    std_err: str = ""
+    batch_host: str = ""
 
 
 class NodeFlag(enum.StrEnum):

@@ -161,6 +161,9 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
         admin_comment=_none_if_null(fields.get("AdminComment")),
         comment=_none_if_null(fields.get("Comment")),
         source="scontrol",
+        std_out=_none_if_null(fields.get("StdOut")),
+        std_err=_none_if_null(fields.get("StdErr")),
+        batch_host=_none_if_null(fields.get("BatchHost")),
     )
 
 
