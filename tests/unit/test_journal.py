@@ -1,0 +1,94 @@
+"""The journal: SQLite WAL, versioned migrations, one decision per job end under races."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_triage.journal import Journal, JournalError, NodeEvent
+from slurm_triage.journal.store import MIGRATIONS
+
+
+def test_new_journal_is_migrated_and_in_wal_mode(tmp_path: Path) -> None:
+    """A new journal gets every migration and WAL journaling."""
+    journal = Journal(tmp_path / "j.sqlite")
+    assert journal.schema_version == len(MIGRATIONS)
+    mode = sqlite3.connect(tmp_path / "j.sqlite").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A journal written by a newer slurm-triage is an error, not silently misread."""
+    Journal(tmp_path / "j.sqlite").close()
+    sqlite3.connect(tmp_path / "j.sqlite").execute("PRAGMA user_version=99")
+    with pytest.raises(JournalError, match="newer"):
+        Journal(tmp_path / "j.sqlite")
+
+
+def test_unwritable_location_is_a_clear_error(tmp_path: Path) -> None:
+    """A journal path that cannot be created raises JournalError naming it."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(JournalError, match="file"):
+        Journal(blocker / "j.sqlite")
+
+
+def _claim(path: str, start: float, results: multiprocessing.Queue) -> None:
+    journal = Journal(path)
+    while time.time() < start:
+        pass
+    results.put(journal.claim(42, 3, f"p{multiprocessing.current_process().pid}"))
+
+
+def test_racing_deciders_claim_exactly_once(tmp_path: Path) -> None:
+    """Eight processes claiming the same job end at the same instant: exactly one wins."""
+    path = str(tmp_path / "j.sqlite")
+    Journal(path).close()
+    results: multiprocessing.Queue = multiprocessing.Queue()
+    start = time.time() + 0.5
+    procs = [multiprocessing.Process(target=_claim, args=(path, start, results)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    wins = [results.get(timeout=5) for _ in procs]
+    assert wins.count(True) == 1
+    assert Journal(path).claim(42, 4, "next run") is True  # the next job end is new
+
+
+def test_record_and_query_by_job_and_node(tmp_path: Path) -> None:
+    """A recorded decision is found by job and by any node it ran on or blamed."""
+    journal = Journal(tmp_path / "j.sqlite")
+    assert journal.claim(5, 0, "me")
+    journal.record(
+        5,
+        0,
+        {
+            "cause": "gpu_unavailable",
+            "action": "requeue",
+            "nodes": ["node1", "node2"],
+            "blamed": ["node2"],
+            "reasons": ["why"],
+            "applied": 1,
+            "outcome": "ok",
+            "evidence": [{"kind": "x"}],
+        },
+        [NodeEvent("node2", 5, time.time(), "blamed", "gpu_unavailable", 79, True)],
+    )
+    (row,) = journal.decisions(job_id=5)
+    assert row.blamed == ("node2",) and row.reasons == ("why",) and row.applied
+    assert journal.decisions(node="node1") == (row,)
+    assert journal.decisions(node="node9") == ()
+    (event,) = journal.node_events(0, "node2")
+    assert (event.xid, event.multi_node) == (79, True)
+
+
+def test_claimed_but_undecided_rows_are_not_history(tmp_path: Path) -> None:
+    """A claim whose decider died before recording does not show as a decision."""
+    journal = Journal(tmp_path / "j.sqlite")
+    journal.claim(9, 0, "crashed")
+    assert journal.decisions(job_id=9) == ()
