@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "slurm_triage.cli.journal_cmd",
     "slurm_triage.cli.wrap_cmd",
     "slurm_triage.cli.devcluster_cmd",
+    "slurm_triage.cli.analytics_cmd",
 )
 
 DESCRIPTION = """\

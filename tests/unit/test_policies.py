@@ -16,8 +16,8 @@ from slurm_triage.policies import (
     Verdict,
     default_chain,
     policy,
+    rules,
 )
-from slurm_triage.policies import rules
 from slurm_triage.taxonomy import Cause, Domain, info
 
 CONFIG = PolicyConfig()
