@@ -123,9 +123,39 @@ def prolog(config: Config) -> int:
         return 0
     decision = act(config, report, may_resume=False, dry_run=False)
     hard = any(r.severity is Severity.HIGH for r in report.failures)
+    if hard:
+        _record_for_decision(config, report)
     if decision.outcome is Outcome.BREAKER_OPEN:
         return 0  # a suspected broken check must not turn away every job on the cluster
     return 1 if hard else 0
+
+
+def _record_for_decision(config: Config, report: RunReport) -> None:
+    """A job turned away by the prolog is requeued by Slurm itself; the decision learns why
+    from this root record (`<evidence_dir>/_root/<job>/<node>.prolog.json`)."""
+    import os
+
+    from slurm_triage.evidence import EvidenceRecord, Source, record_to_json
+    from slurm_triage.prolog_epilog.epilog import health_fact
+    from slurm_triage.prolog_epilog.safe_files import write_root_record
+
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if not job.isdigit():
+        return
+    facts = tuple(health_fact(r, report.node, report.started) for r in report.failures)
+    record = EvidenceRecord(
+        job_id=job, node=report.node, step="prolog", collected_by=Source.ROOT, facts=facts
+    )
+    try:
+        write_root_record(
+            config.paths.evidence_dir,
+            int(job),
+            report.node,
+            record_to_json(record),
+            suffix=".prolog.json",
+        )
+    except Exception as exc:  # evidence is a bonus here; the drain already happened
+        get_logger(node=report.node).warning("prolog_evidence_unwritten", error=str(exc))
 
 
 def periodic(

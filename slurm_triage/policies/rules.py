@@ -150,9 +150,11 @@ def drains(config: PolicyConfig) -> Policy:
             else:
                 d = d.but(f"not draining {','.join(g.blamed)}: only the job's own evidence")
         for node in g.lemons:
+            # Said even when the node is drained for this cause: the history is why it
+            # should not simply come back after a reset.
+            d = d.but(f"drain {node} as a lemon: {g.lemon_reasons.get(node, '')}".rstrip())
             if node not in drain:
                 drain.append(node)
-                d = d.but(f"drain {node} as a lemon: {g.lemon_reasons.get(node, '')}".rstrip())
         return replace(d, drain=tuple(drain))
 
     return Policy("drains", step)

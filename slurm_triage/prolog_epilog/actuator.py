@@ -71,7 +71,10 @@ def carry_out(
     restart: int,
     drain_reason: str,
     dry_run: bool,
+    already_requeued: bool = False,
 ) -> Applied:
+    """Act on the decision; `already_requeued` when Slurm requeued the job itself (its
+    Prolog failed), so only the exclusions, drains and summary remain to do."""
     log = get_logger(job_id=job_id)
     if dry_run:
         log.info(
@@ -85,8 +88,10 @@ def carry_out(
     requeued = held = False
     excluded: tuple[str, ...] = ()
     if decision.verdict in (Verdict.REQUEUE, Verdict.HOLD):
-        held = decision.verdict is Verdict.HOLD
-        requeued = _step(errors, "requeue", lambda: door.requeue(job_id, hold=held))
+        held = decision.verdict is Verdict.HOLD and not already_requeued
+        requeued = already_requeued or _step(
+            errors, "requeue", lambda: door.requeue(job_id, hold=held)
+        )
         if requeued and decision.exclude:
             result: list[tuple[str, ...]] = []
             if _step(

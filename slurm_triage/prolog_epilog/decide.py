@@ -138,8 +138,9 @@ def output_facts(job: JobInfo, uid: int) -> list[Fact]:
     return facts
 
 
-def gather(config: Config, ending: Ending, state_text: str,
-           job: JobInfo | None = None) -> list[Fact]:
+def gather(
+    config: Config, ending: Ending, state_text: str, job: JobInfo | None = None
+) -> list[Fact]:
     """All facts for this job end: Slurm's own, root's records, the job's records and the
     tail of its output file."""
     state, by_uid = parse_job_state(state_text)
@@ -257,7 +258,13 @@ def decide(
         log.info("decision_already_taken")
         return Outcome(ending.job_id, decided=False)
     job = door.job(ending.job_id)
-    state_text = final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
+    # Slurm may have requeued it already (a Prolog turned it away, RequeueExit).
+    requeued_by_slurm = job.restart_count > ending.restart and not job.state.finished
+    state_text = (
+        "REQUEUED"
+        if requeued_by_slurm
+        else final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
+    )
     if state_text != "COMPLETED":
         missing = wait_for_root_records(config, ending)
         if missing:

@@ -27,6 +27,8 @@ from slurm_triage.evidence import EvidenceError, EvidenceRecord, Source, parse_r
 from slurm_triage.logs import get_logger
 
 ROOT_AREA = "_root"
+# The epilog's record, and the prolog's when it turned the job away.
+ROOT_SUFFIXES = (".json", ".prolog.json")
 MAX_RECORD_BYTES = 1 << 20
 MAX_RECORDS_PER_JOB = 4096
 _USER_NAME = re.compile(
@@ -231,7 +233,9 @@ def _ensure_root_dir(name: str, parent_fd: int) -> int:
     return fd
 
 
-def write_root_record(evidence_dir: str, job_id: int, node: str, data: bytes) -> str:
+def write_root_record(
+    evidence_dir: str, job_id: int, node: str, data: bytes, suffix: str = ".json"
+) -> str:
     """Write root's record atomically where no user can touch it; returns its path."""
     with _open_dir(evidence_dir) as base:
         area = _ensure_root_dir(ROOT_AREA, base)
@@ -252,8 +256,8 @@ def write_root_record(evidence_dir: str, job_id: int, node: str, data: bytes) ->
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, f"{node}.json", src_dir_fd=job_fd, dst_dir_fd=job_fd)
+            os.replace(tmp, f"{node}{suffix}", src_dir_fd=job_fd, dst_dir_fd=job_fd)
             os.fsync(job_fd)
         finally:
             os.close(job_fd)
-    return os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}.json")
+    return os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}{suffix}")
