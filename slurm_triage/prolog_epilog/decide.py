@@ -301,6 +301,7 @@ def decide(
     _record(journal, ending, job, state_text, attribution, decision, applied)
     log.info(
         "decision_made",
+        cpu_s=round(time.process_time(), 4),
         cause=attribution.cause.value,
         nodes=list(attribution.nodes),
         verdict=decision.verdict.value,
