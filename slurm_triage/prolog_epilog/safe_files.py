@@ -15,6 +15,7 @@ Layout:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -233,6 +234,18 @@ def _ensure_root_dir(name: str, parent_fd: int) -> int:
     return fd
 
 
+def _write_new(name: str, data: bytes, dir_fd: int) -> None:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644, dir_fd=dir_fd)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_root_record(
     evidence_dir: str, job_id: int, node: str, data: bytes, suffix: str = ".json"
 ) -> str:
@@ -243,21 +256,16 @@ def write_root_record(
             job_fd = _ensure_root_dir(str(job_id), area)
         finally:
             os.close(area)
+        tmp = f".{node}.{os.getpid()}.tmp"
         try:
-            tmp = f".{node}.{os.getpid()}.tmp"
-            fd = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o644,
-                dir_fd=job_fd,
-            )
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_new(tmp, data, job_fd)
             os.replace(tmp, f"{node}{suffix}", src_dir_fd=job_fd, dst_dir_fd=job_fd)
             os.fsync(job_fd)
+        except OSError:
+            # A full disk must not leave a partial record behind for the decision to trip on.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=job_fd)
+            raise
         finally:
             os.close(job_fd)
     return os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}{suffix}")

@@ -67,6 +67,7 @@ FAULTS = (
     "ib_down",
     "mount_hung",
     "nvml_hang",
+    "nvml_error",
     "driver_unloaded",
     "clear",
 )
@@ -274,6 +275,11 @@ def _apply_gpu_fault(
     if fault == "nvml_hang":
         state["driver"]["hang_s"] = value or 3600
         return f"NVML calls hang for {value or 3600}s"
+    if fault == "nvml_error":
+        if not value:
+            raise InjectError("nvml_error needs an NVML return code, e.g. nvml_error=18")
+        state["driver"]["init_error"] = value
+        return f"nvmlInit fails with NVML error {value}"
     state["driver"]["loaded"] = False
     return "NVIDIA kernel driver unloaded"
 

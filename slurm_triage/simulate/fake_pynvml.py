@@ -93,6 +93,8 @@ class FakeNvml:
             raise _E(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
         if state["driver"].get("version_mismatch"):
             raise _E(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+        if state["driver"].get("init_error"):
+            raise _E(int(state["driver"]["init_error"]))
         self._initialised += 1
 
     def nvmlShutdown(self) -> None:
