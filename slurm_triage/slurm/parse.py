@@ -209,7 +209,7 @@ def parse_sinfo_json(text: str, names: Iterable[str] | None = None) -> tuple[Nod
     try:
         data = json.loads(text)
         raw_nodes: list[dict[str, Any]] = data["nodes"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise SlurmOutputError("sinfo --json: not the expected JSON document") from None
     by_name: dict[str, NodeInfo] = {}
     for raw in raw_nodes:

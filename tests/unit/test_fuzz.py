@@ -1,0 +1,156 @@
+"""Property tests: every parser that takes outside bytes raises only our own clear errors,
+and stays bounded on huge or pathological input."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_triage.attribution import decode_tail, parse_kernel_lines, read_tail, scan_lines
+from slurm_triage.config import ConfigError, config_from_mapping, read_toml
+from slurm_triage.health_checks.mounts import parse_mountinfo
+from slurm_triage.slurm.errors import SlurmOutputError
+from slurm_triage.slurm.hostlist import HostlistError, expand
+from slurm_triage.slurm.parse import (
+    parse_key_values,
+    parse_sacct_job,
+    parse_scontrol_job,
+    parse_sinfo_json,
+)
+from tests.conftest import FIXTURES
+
+FAST = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+SCONTROL = (FIXTURES / "slurm" / "scontrol_show_job_running.txt").read_text()
+SACCT = (FIXTURES / "slurm" / "sacct_failed_exit5.txt").read_text()
+SINFO = (FIXTURES / "slurm" / "sinfo.json").read_text()
+
+
+def _mutate(text: str, data: st.DataObject) -> str:
+    pos = data.draw(st.integers(0, len(text)))
+    junk = data.draw(st.text(max_size=40))
+    cut = data.draw(st.integers(0, 30))
+    return text[:pos] + junk + text[pos + cut :]
+
+
+@FAST
+@given(st.data())
+def test_scontrol_parser_only_raises_ours(data: st.DataObject) -> None:
+    """Mutated `scontrol show job` output parses or raises SlurmOutputError."""
+    try:
+        parse_scontrol_job(_mutate(SCONTROL, data), 2)
+    except SlurmOutputError:
+        pass
+
+
+@FAST
+@given(st.text(max_size=500))
+def test_key_values_never_raise(text: str) -> None:
+    """Any text splits into key/value pairs without raising."""
+    assert isinstance(parse_key_values(text), dict)
+
+
+@FAST
+@given(st.data())
+def test_sacct_parser_only_raises_ours(data: st.DataObject) -> None:
+    """Mutated sacct output parses or raises SlurmOutputError."""
+    try:
+        parse_sacct_job(_mutate(SACCT, data), 3)
+    except SlurmOutputError:
+        pass
+
+
+@FAST
+@given(st.data())
+def test_sinfo_parser_only_raises_ours(data: st.DataObject) -> None:
+    """Mutated sinfo --json parses or raises SlurmOutputError."""
+    try:
+        parse_sinfo_json(_mutate(SINFO, data))
+    except SlurmOutputError:
+        pass
+
+
+@FAST
+@given(st.text(alphabet="abn0123456789[]-,.x ", max_size=60))
+def test_hostlist_only_raises_ours(text: str) -> None:
+    """Any hostlist expression expands or raises HostlistError."""
+    try:
+        expand(text)
+    except HostlistError:
+        pass
+
+
+@FAST
+@given(st.binary(max_size=2000))
+def test_config_files_only_raise_ours(data: bytes) -> None:
+    """Arbitrary bytes as a config file load or raise ConfigError."""
+    path = Path("/tmp/slurm-triage-fuzz.toml")
+    path.write_bytes(data)
+    try:
+        config_from_mapping(read_toml(path))
+    except ConfigError:
+        pass
+
+
+@FAST
+@given(
+    st.dictionaries(
+        st.sampled_from(["slurm", "health", "policy", "x"]),
+        st.dictionaries(
+            st.text(max_size=12),
+            st.one_of(
+                st.integers(),
+                st.text(max_size=8),
+                st.booleans(),
+                st.floats(allow_nan=True),
+                st.lists(st.text(max_size=5), max_size=3),
+            ),
+            max_size=4,
+        ),
+        max_size=3,
+    )
+)
+def test_config_mappings_only_raise_ours(data: dict) -> None:
+    """Any TOML-shaped mapping builds a Config or raises ConfigError."""
+    try:
+        config_from_mapping(data)
+    except ConfigError:
+        pass
+
+
+@FAST
+@given(st.lists(st.text(max_size=200), max_size=30))
+def test_kernel_and_log_lines_never_raise(lines: list[str]) -> None:
+    """Arbitrary kernel-log and job-log lines are scanned without raising."""
+    parse_kernel_lines(lines, node="n1")
+    scan_lines(lines, node="n1")
+    parse_mountinfo("\n".join(lines))
+
+
+def test_huge_inputs_stay_bounded(tmp_path: Path) -> None:
+    """100 MB of scontrol output, sinfo garbage and a single 100 MB log line are refused or
+    read from the tail quickly."""
+    huge = "JobId=1 " + "x" * (100 << 20)
+    started = time.monotonic()
+    try:
+        parse_scontrol_job(huge, 1)
+    except SlurmOutputError:
+        pass
+    try:
+        parse_sinfo_json("[" * (1 << 20))
+    except SlurmOutputError:
+        pass
+    log = tmp_path / "one-line.log"
+    with open(log, "wb") as fh:
+        fh.write(b"A" * (100 << 20))
+    data, whole = read_tail(log, 4 << 20)
+    lines = decode_tail(data, whole_file=whole)
+    scan_lines(lines, node="n1")
+    assert len(data) == 4 << 20 and not whole
+    assert time.monotonic() - started < 30
