@@ -117,6 +117,9 @@ class HealthConfig:
     breaker_max_share: float = field(default=0.1, metadata=_range(0, 1))
     breaker_min_nodes: int = field(default=2, metadata=_range(0, 100000))
     breaker_window_s: float = field(default=900.0, metadata=_range(1, 86400 * 7))
+    # Before draining, a node marks its failure in its Slurm node Comment and waits this
+    # long for others failing the same check at the same time to do so (0: no wait).
+    breaker_settle_s: float = field(default=3.0, metadata=_range(0, 300))
     # node_exporter textfile collector output (e.g. /var/lib/node_exporter/slurm_triage.prom).
     prometheus_textfile: str = ""
 

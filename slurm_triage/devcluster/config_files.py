@@ -170,7 +170,9 @@ Prolog={hooks}/prolog
 Epilog={hooks}/epilog
 EpilogSlurmctld={hooks}/epilog-slurmctld
 HealthCheckProgram={hooks}/healthcheck
-HealthCheckInterval=60
+# slurmd runs it at start; the periodic screen is run on demand here (tests, demo), as
+# cron would on a real cluster, so a test never races a background drain.
+HealthCheckInterval=0
 HealthCheckNodeState=ANY
 {nodes}
 PartitionName=gpu Nodes={",".join(NODE_NAMES)} Default=YES MaxTime=INFINITE State=UP

@@ -89,25 +89,48 @@ def decide(
     return NodeDecision(Outcome.NONE, node.name)
 
 
+FAILING_MARK = "triage-failing"
+
+
+def failing_mark(check: str, now: float) -> str:
+    """What a node writes in its Slurm node Comment before draining for `check`."""
+    return f"{FAILING_MARK} {check} {int(now)}"
+
+
+def _marked_failing(node: NodeInfo, check: str, now: float, window_s: float) -> bool:
+    words = node.comment.split()
+    if len(words) != 3 or words[0] != FAILING_MARK or words[1] != check:
+        return False
+    return words[2].isdigit() and now - int(words[2]) <= window_s
+
+
 def _breaker(
     check: str, node: str, cluster: Sequence[NodeInfo], config: HealthConfig, now: float
 ) -> str:
-    """A reason when draining for `check` would exceed the breaker's limit, else ''."""
+    """A reason when draining for `check` would exceed the breaker's limit, else ''.
+
+    Counts the other nodes drained for the same check within the window, and those that
+    marked the same failure in their node Comment (failing now, not yet drained)."""
     tag = f"{DRAIN_PREFIX}{check} "
+    window = config.breaker_window_s
     same = [
         n.name
         for n in cluster
         if n.name != node
-        and n.drained
-        and n.reason.startswith(tag)
-        and (n.reason_time is None or now - n.reason_time <= config.breaker_window_s)
+        and (
+            (
+                n.drained
+                and n.reason.startswith(tag)
+                and (n.reason_time is None or now - n.reason_time <= window)
+            )
+            or _marked_failing(n, check, now, window)
+        )
     ]
     limit = max(config.breaker_min_nodes, config.breaker_max_share * len(cluster))
     if len(same) + 1 > limit:
         return (
-            f"{check} already drained {len(same)} of {len(cluster)} nodes in "
-            f"{config.breaker_window_s:g}s (limit {limit:g}): suspected check or fabric "
-            "fault, not draining"
+            f"{check} failing on {len(same) + 1} of {len(cluster)} nodes within "
+            f"{window:g}s (limit {limit:g}): suspected check or fabric fault, not draining"
         )
     return ""
 

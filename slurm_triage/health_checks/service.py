@@ -11,16 +11,19 @@ to the Prometheus textfile.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_triage.config import Config
 from slurm_triage.health_checks import registry
 from slurm_triage.health_checks.actions import (
+    FAILING_MARK,
     NodeDecision,
     Outcome,
     carry_out,
     decide,
+    failing_mark,
     prometheus_text,
     write_atomically,
 )
@@ -68,18 +71,39 @@ def act(
     dry_run: bool,
     door: SlurmDoor | None = None,
 ) -> NodeDecision:
-    """Decide and carry out drain/resume for this node; Slurm trouble is an outcome."""
+    """Decide and carry out drain/resume for this node; Slurm trouble is an outcome.
+
+    Before a drain the node marks its failure in its Slurm node Comment and waits
+    `breaker_settle_s`, so nodes failing the same check together see each other and the
+    circuit breaker can hold all of them back, not only the ones after the first few."""
     log = get_logger(node=report.node)
+    dry = dry_run or not config.health.drain
     try:
         door = door or open_door(config.slurm)
-        needs_cluster = bool(report.failures)
-        cluster = door.nodes() if needs_cluster else ()
+        cluster = door.nodes() if report.failures else ()
         node = next((n for n in cluster if n.name == report.node), None) or door.node(report.node)
+        decision = decide(report, node, cluster, config.health, may_resume=may_resume)
+        if decision.outcome is Outcome.BREAKER_OPEN and not dry and decision.check:
+            # Failing too: say so, so the nodes still settling count this one as well.
+            door.set_node_comment(report.node, failing_mark(decision.check, time.time()))
+        elif decision.outcome is Outcome.DRAIN and not dry and decision.check:
+            decision = _settle_then_decide(config, report, door, decision.check, may_resume)
+        elif not report.failures and node.comment.startswith(FAILING_MARK):
+            door.set_node_comment(report.node, "")
     except SlurmError as exc:
         log.error("health_slurm_unreachable", error=str(exc))
         return NodeDecision(Outcome.SLURM_ERROR, report.node, detail=str(exc))
-    decision = decide(report, node, cluster, config.health, may_resume=may_resume)
-    return carry_out(decision, door, dry_run=dry_run or not config.health.drain)
+    return carry_out(decision, door, dry_run=dry)
+
+
+def _settle_then_decide(
+    config: Config, report: RunReport, door: SlurmDoor, check: str, may_resume: bool
+) -> NodeDecision:
+    door.set_node_comment(report.node, failing_mark(check, time.time()))
+    time.sleep(config.health.breaker_settle_s)
+    cluster = door.nodes()
+    node = next(n for n in cluster if n.name == report.node)
+    return decide(report, node, cluster, config.health, may_resume=may_resume)
 
 
 def record(config: Config, report: RunReport) -> None:

@@ -117,6 +117,16 @@ class CliDoor(SlurmDoor):
         )
         log.info("node_drained", node=node, reason=reason)
 
+    def set_node_comment(self, node: str, text: str) -> None:
+        self._runner.run(
+            [
+                "scontrol",
+                "update",
+                f"NodeName={node}",
+                f"Comment={' '.join(text.split())[:MAX_REASON_CHARS]}",
+            ]
+        )
+
     def resume(self, node: str) -> None:
         self._runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
         log.info("node_resumed", node=node)

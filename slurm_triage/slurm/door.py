@@ -58,6 +58,10 @@ class SlurmDoor(abc.ABC):
         """Drain a node: running jobs finish, no new ones start; reason is required."""
 
     @abc.abstractmethod
+    def set_node_comment(self, node: str, text: str) -> None:
+        """Set a node's free-text Comment (no effect on scheduling; "" clears it)."""
+
+    @abc.abstractmethod
     def resume(self, node: str) -> None:
         """Return a drained or down node to service."""
 

@@ -148,6 +148,7 @@ class NodeInfo:
     reason_user: str
     reason_time: int | None
     partitions: tuple[str, ...] = ()
+    comment: str = ""
 
     @property
     def drained(self) -> bool:

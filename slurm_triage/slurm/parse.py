@@ -240,6 +240,7 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
         reason_user=str(raw.get("reason_set_by_user") or ""),
         reason_time=int(reason_time) if reason_time else None,
         partitions=tuple(str(p) for p in raw.get("partitions") or ()),
+        comment=str(raw.get("comment") or ""),
     )
 
 

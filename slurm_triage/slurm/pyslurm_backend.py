@@ -168,6 +168,10 @@ class PyslurmDoor(SlurmDoor):
         change = self._ps.Node(state="DRAIN", reason=reason)
         self._call("drain", lambda: self._ps.Node(node).modify(change))
 
+    def set_node_comment(self, node: str, text: str) -> None:
+        change = self._ps.Node(comment=text)
+        self._call("node_comment", lambda: self._ps.Node(node).modify(change))
+
     def resume(self, node: str) -> None:
         change = self._ps.Node(state="RESUME")
         self._call("resume", lambda: self._ps.Node(node).modify(change))
@@ -187,4 +191,5 @@ def _node(raw: Any) -> NodeInfo:
         reason_user=getattr(raw, "reason_user", "") or "",
         reason_time=getattr(raw, "reason_time", None),
         partitions=tuple(getattr(raw, "partitions", None) or ()),
+        comment=getattr(raw, "comment", None) or "",
     )

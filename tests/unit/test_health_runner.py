@@ -20,12 +20,20 @@ from slurm_triage.slurm.model import NodeInfo
 def sim_config(root: Path, **health: object) -> Config:
     sim = f"{root}/sim"
     base = HealthConfig(
-        nvml="simulated", simulate_root=sim, kernel_log=f"{sim}/{{node}}/kern.log",
-        sysfs_root=f"{sim}/{{node}}/sys", mountinfo=f"{sim}/{{node}}/mountinfo",
-        mounts=tuple(f"{sim}/{{node}}/mounts/{m}" for m in MOUNTS), ib_rate_gbps=400,
-        mount_timeout_s=0.5, check_timeout_s=1.0)
-    return Config(paths=PathsConfig(evidence_dir=str(root / "ev"), state_dir=str(root / "st")),
-                  health=replace(base, **health))
+        nvml="simulated",
+        simulate_root=sim,
+        kernel_log=f"{sim}/{{node}}/kern.log",
+        sysfs_root=f"{sim}/{{node}}/sys",
+        mountinfo=f"{sim}/{{node}}/mountinfo",
+        mounts=tuple(f"{sim}/{{node}}/mounts/{m}" for m in MOUNTS),
+        ib_rate_gbps=400,
+        mount_timeout_s=0.5,
+        check_timeout_s=1.0,
+    )
+    return Config(
+        paths=PathsConfig(evidence_dir=str(root / "ev"), state_dir=str(root / "st")),
+        health=replace(base, **health),
+    )
 
 
 @pytest.fixture
@@ -55,8 +63,11 @@ def test_hung_nvml_makes_gpu_checks_unknown_within_timeout(setup) -> None:  # ty
     report = run(config, ("gpu.count", "gpu.ecc", "ib.ports"))
     assert time.monotonic() - started < 3
     statuses = {r.check: r.status for r in report.results}
-    assert statuses == {"gpu.count": Status.UNKNOWN, "gpu.ecc": Status.UNKNOWN,
-                        "ib.ports": Status.OK}
+    assert statuses == {
+        "gpu.count": Status.UNKNOWN,
+        "gpu.ecc": Status.UNKNOWN,
+        "ib.ports": Status.OK,
+    }
     assert "timed out" in report.results[0].reason
     assert not report.all_passed
 
@@ -88,10 +99,12 @@ def test_rising_counters_across_runs(setup) -> None:  # type: ignore[no-untyped-
     assert result.failed and "mlx5_1:1 link_downed rose 0->1" in result.reason
 
 
-def _node(name: str, reason: str = "", drained: bool = False,
-          reason_time: float | None = None) -> NodeInfo:
-    return NodeInfo(name, "IDLE", frozenset({"DRAIN"} if drained else set()), reason, "root",
-                    reason_time)
+def _node(
+    name: str, reason: str = "", drained: bool = False, reason_time: float | None = None
+) -> NodeInfo:
+    return NodeInfo(
+        name, "IDLE", frozenset({"DRAIN"} if drained else set()), reason, "root", reason_time
+    )
 
 
 def _failed_report(setup) -> RunReport:  # type: ignore[no-untyped-def]
@@ -132,16 +145,20 @@ def test_circuit_breaker_stops_draining_for_a_cluster_wide_failure(setup) -> Non
     """When a check already drained more than its share of the cluster, it stops draining."""
     report = _failed_report(setup)
     now = time.time()
-    cluster = [_node(f"node{i}", "triage: ib.ports mlx5_0:1 1: DOWN", drained=True,
-                     reason_time=now - 60) for i in range(1, 4)]
+    cluster = [
+        _node(f"node{i}", "triage: ib.ports mlx5_0:1 1: DOWN", drained=True, reason_time=now - 60)
+        for i in range(1, 4)
+    ]
     cluster += [_node(f"node{i}") for i in range(4, 21)]
     me = cluster[5]
     decision = decide(report, me, cluster, setup[0].health, may_resume=True, now=now)
     assert decision.outcome is Outcome.BREAKER_OPEN
     assert "suspected check or fabric fault" in decision.detail
     stale = [replace(n, reason_time=now - 7200) if n.drained else n for n in cluster]
-    assert decide(report, me, stale, setup[0].health, may_resume=True,
-                  now=now).outcome is Outcome.DRAIN
+    assert (
+        decide(report, me, stale, setup[0].health, may_resume=True, now=now).outcome
+        is Outcome.DRAIN
+    )
 
 
 def test_prometheus_textfile(setup) -> None:  # type: ignore[no-untyped-def]
@@ -149,3 +166,21 @@ def test_prometheus_textfile(setup) -> None:  # type: ignore[no-untyped-def]
     text = prometheus_text(run(setup[0], ("gpu.count", "host.disk")))
     assert 'slurm_triage_check_status{node="node2",check="gpu.count"} 0' in text
     assert text.count("slurm_triage_check_seconds{") == 2
+
+
+def test_breaker_counts_nodes_marked_failing_the_same_check(setup) -> None:  # type: ignore[no-untyped-def]
+    """Nodes that marked the same failing check in their Comment (not yet drained) count
+    toward the breaker, so simultaneous failures everywhere drain nothing."""
+    from slurm_triage.health_checks.actions import failing_mark
+
+    report = _failed_report(setup)
+    now = time.time()
+    marked = [replace(_node(f"node{i}"), comment=failing_mark("ib.ports", now - 2)) for i in (1, 3)]
+    me = _node("node2")
+    decision = decide(report, me, [*marked, me], setup[0].health, may_resume=True, now=now)
+    assert decision.outcome is Outcome.BREAKER_OPEN
+    other_check = [replace(n, comment=failing_mark("gpu.count", now)) for n in marked]
+    assert (
+        decide(report, me, [*other_check, me], setup[0].health, may_resume=True, now=now).outcome
+        is Outcome.DRAIN
+    )
