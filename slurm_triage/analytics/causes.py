@@ -104,6 +104,6 @@ def domain_expr(cause_column: str) -> pl.Expr:
 
 def is_failure_expr() -> pl.Expr:
     """The paper's failure: NODE_FAIL, or not COMPLETED with a node-blaming infra cause."""
-    return (pl.col("state") == "NODE_FAIL") | (
-        (pl.col("state") != "COMPLETED") & pl.col("cause").cast(pl.String).is_in(FAILURE_CAUSES)
-    )
+    blames = pl.Series([c in FAILURE_CAUSES for c in CAUSE_IDS], dtype=pl.Boolean)
+    blamed = pl.lit(blames).gather(pl.col("cause").to_physical())
+    return (pl.col("state") == "NODE_FAIL") | ((pl.col("state") != "COMPLETED") & blamed)

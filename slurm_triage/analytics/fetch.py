@@ -1,0 +1,69 @@
+"""Fetch the report's inputs: accounting from Slurm (`report --since`: sacct through the
+door's Runner) and attributions from our journal.
+
+The sacct call is bounded like every Slurm call (own process group, killed at the
+deadline), but with a generous deadline, since a year of accounting takes slurmdbd a while
+to stream. The journal is opened read-only, so a report never blocks the deciders.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+
+from slurm_triage.analytics.ingest import ATTRIBUTION_SCHEMA, SACCT_FIELDS, IngestError
+from slurm_triage.config import SlurmConfig
+from slurm_triage.slurm.runner import Runner
+
+SACCT_TIMEOUT_MIN_S = 300.0
+SACCT_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+def sacct_argv(since: datetime, until: datetime | None) -> list[str]:
+    """The sacct command whose output `ingest` reads: every user, each requeue its own row
+    (-D), allocations only (-X), parsable with `|`, no header."""
+    argv = ["sacct", "-a", "-D", "-X", "-n", "-P", "--delimiter=|"]
+    argv += ["-S", since.strftime(SACCT_TIME_FORMAT)]
+    argv += ["-E", until.strftime(SACCT_TIME_FORMAT) if until else "now"]
+    return [*argv, "-o", ",".join(SACCT_FIELDS)]
+
+
+def _resolver(bin_dir: str):  # type: ignore[no-untyped-def]
+    def resolve(name: str) -> str:
+        if bin_dir:
+            return os.path.join(bin_dir, name)
+        return shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/sbin") or name
+
+    return resolve
+
+
+def fetch_sacct(config: SlurmConfig, since: datetime, until: datetime | None) -> str:
+    """sacct's output; SlurmError (exit 3) when sacct is missing, fails or times out."""
+    runner = Runner(
+        timeout_s=max(config.timeout_s, SACCT_TIMEOUT_MIN_S),
+        attempts=config.attempts,
+        retry_wait_s=config.retry_wait_s,
+        resolve=_resolver(config.bin_dir),
+    )
+    return runner.run(sacct_argv(since, until)).stdout
+
+
+# The journal keys a decision by (job id, restart count before that end): attempt n+1.
+_JOURNAL_QUERY = (
+    "SELECT job_id, restart + 1, cause FROM decisions WHERE cause IS NOT NULL AND cause != ''"
+)
+
+
+def journal_attributions(path: Path) -> pl.DataFrame:
+    """The journal's decisions as (job_raw, attempt, cause) for ingest.attribute."""
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
+            rows = db.execute(_JOURNAL_QUERY).fetchall()
+    except sqlite3.Error as exc:
+        raise IngestError(f"{path}: cannot read the journal: {exc}") from None
+    return pl.DataFrame(rows, schema=ATTRIBUTION_SCHEMA, orient="row")
