@@ -30,7 +30,7 @@ from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.prolog_epilog import actuator, safe_files
 from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError, hostlist, open_door
-from slurm_triage.taxonomy import info, parse_cause
+from slurm_triage.taxonomy import Domain, info, parse_cause
 
 # While EpilogSlurmctld runs, slurmctld shows COMPLETING; the reason says how it ended.
 _REASON_STATE = {
@@ -204,6 +204,14 @@ def _job_view(door: SlurmDoor, job: JobInfo, env: dict[str, str]) -> JobView:
     )
 
 
+def node_blame(attribution: Attribution) -> tuple[str, ...]:
+    """The nodes this job end counts against in their history (lemon signals): only a
+    node fault (hardware or infrastructure) that root-collected evidence backs; a user's
+    bug on a node, or a user's claim, never counts against the node."""
+    node_fault = attribution.domain in (Domain.HARDWARE, Domain.INFRASTRUCTURE)
+    return attribution.nodes if node_fault and attribution.root_backed else ()
+
+
 def _node_events(
     ending: Ending, attribution: Attribution, decision: Decision, applied: actuator.Applied
 ) -> list[NodeEvent]:
@@ -216,7 +224,7 @@ def _node_events(
     }
     events = [
         NodeEvent(n, ending.job_id, now, "blamed", attribution.cause.value, xids.get(n), multi)
-        for n in attribution.nodes
+        for n in node_blame(attribution)
     ]
     events += [
         NodeEvent(n, ending.job_id, now, "excluded", None, None, multi)
@@ -233,17 +241,10 @@ def _lemons(
     journal: Journal, config: Config, ending: Ending, attribution: Attribution
 ) -> dict[str, str]:
     since = time.time() - config.policy.lemon_window_days * 86400
+    multi = len(ending.nodes) > 1
     current = [
-        NodeEvent(
-            n,
-            ending.job_id,
-            time.time(),
-            "blamed",
-            attribution.cause.value,
-            None,
-            len(ending.nodes) > 1,
-        )
-        for n in attribution.nodes
+        NodeEvent(n, ending.job_id, time.time(), "blamed", attribution.cause.value, None, multi)
+        for n in node_blame(attribution)
     ]
     signals = node_signals([*journal.node_events(since), *current], config.policy)
     return {n: "; ".join(s.reasons) for n, s in signals.items() if s.lemon and n in ending.nodes}
@@ -271,7 +272,7 @@ def decide(
             log.warning("decision_missing_node_evidence", nodes=list(missing))
     facts = gather(config, ending, state_text, job)
     attribution = attribute(facts, window=job_window(ending.ended_at))
-    lemons = _lemons(journal, config, ending, attribution) if attribution.nodes else {}
+    lemons = _lemons(journal, config, ending, attribution) if node_blame(attribution) else {}
     given = PolicyInput(
         cause=attribution.cause,
         domain=attribution.domain,

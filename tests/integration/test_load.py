@@ -26,22 +26,46 @@ def _kind(i: int) -> str:
 
 
 def _script(kind: str) -> str:
-    return {"ok": "sleep 0.3", "user_bug": f"sleep 0.3; {KEYERROR}",
-            "unknown": "sleep 0.3; exit 1"}[kind]
+    return {
+        "ok": "sleep 0.3",
+        "user_bug": f"sleep 0.3; {KEYERROR}",
+        "unknown": "sleep 0.3; exit 1",
+    }[kind]
 
 
 def _submit(layout, kind: str) -> int:  # type: ignore[no-untyped-def]
-    out = subprocess.run(["sbatch", "--parsable", "--requeue", "-N1", "-c1", "--chdir=/tmp",
-                          "-o", "/tmp/triage-load-%j.out", "--wrap", _script(kind)],
-                         env=env(layout), capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--requeue",
+            "-N1",
+            "-c1",
+            "--chdir=/tmp",
+            "-o",
+            "/tmp/triage-load-%j.out",
+            "--wrap",
+            _script(kind),
+        ],
+        env=env(layout),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return int(out.stdout.split(";")[0])
 
 
 def _runs(layout, job_ids: list[int]) -> dict[int, int]:  # type: ignore[no-untyped-def]
     """Job ends per job according to Slurm's accounting (each requeue is a row with -D)."""
-    out = subprocess.run(["sacct", "-n", "-X", "-D", "-P", "-o", "JobID,State", "-j",
-                          ",".join(map(str, job_ids))], env=env(layout), capture_output=True,
-                         text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "-D", "-P", "-o", "JobID,State", "-j", ",".join(map(str, job_ids))],
+        env=env(layout),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     ends: Counter[int] = Counter()
     for line in out.splitlines():
         job, state = line.split("|", 1)
@@ -55,28 +79,62 @@ def test_200_jobs_one_decision_each_and_no_wrong_drains(devcluster) -> None:  # 
     with the injected hardware fault is drained."""
     door = open_door(env=env(devcluster), timeout_s=30)
     for node in NODES:
-        subprocess.run(["slurm-triage", "inject", "--node", node, "clear"], env=env(devcluster),
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["slurm-triage", "inject", "--node", node, "clear"],
+            env=env(devcluster),
+            check=True,
+            capture_output=True,
+        )
         if door.node(node).drained:
             door.resume(node)
-    subprocess.run(["slurm-triage", "inject", "--node", "node3", "xid=48", "--gpu", "2"],
-                   env=env(devcluster), check=True, capture_output=True)
+    subprocess.run(
+        ["slurm-triage", "inject", "--node", "node3", "xid=48", "--gpu", "2"],
+        env=env(devcluster),
+        check=True,
+        capture_output=True,
+    )
     kinds = [_kind(i) for i in range(JOBS)]
     started = time.monotonic()
-    job_ids = [_submit(devcluster, kind) for kind in kinds]
+    job_ids: list[int] = []
+    try:
+        job_ids += [_submit(devcluster, kind) for kind in kinds]
+        _check(devcluster, door, kinds, job_ids, started)
+    finally:
+        if job_ids:
+            subprocess.run(["scancel", *map(str, job_ids)], env=env(devcluster), timeout=60)
+        for node in NODES:
+            subprocess.run(
+                ["slurm-triage", "inject", "--node", node, "clear"],
+                env=env(devcluster),
+                check=False,
+                capture_output=True,
+            )
+            if door.node(node).drained:
+                door.resume(node)
+
+
+def _check(devcluster, door, kinds: list[str], job_ids: list[int], started: float) -> None:  # type: ignore[no-untyped-def]
 
     def settled() -> bool:
         states = {door.job(j).state for j in job_ids[-10:]}
         if states & {JobState.RUNNING, JobState.COMPLETING, JobState.CONFIGURING}:
             return False
-        pending = subprocess.run(["squeue", "-h", "-t", "PENDING", "-o", "%r"],
-                                 env=env(devcluster), capture_output=True, text=True,
-                                 timeout=60).stdout.split()
+        pending = subprocess.run(
+            ["squeue", "-h", "-t", "PENDING", "-o", "%r"],
+            env=env(devcluster),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
         if any(reason not in ("JobHeldAdmin",) for reason in pending):
             return False
-        squeue = subprocess.run(["squeue", "-h", "-t", "RUNNING,CONFIGURING,COMPLETING",
-                                 "-o", "%i"], env=env(devcluster), capture_output=True,
-                                text=True, timeout=60).stdout.split()
+        squeue = subprocess.run(
+            ["squeue", "-h", "-t", "RUNNING,CONFIGURING,COMPLETING", "-o", "%i"],
+            env=env(devcluster),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.split()
         return not squeue
 
     wait_for(settled, 900, "all jobs finished or held", interval_s=2)
@@ -91,10 +149,11 @@ def test_200_jobs_one_decision_each_and_no_wrong_drains(devcluster) -> None:  # 
     wrongly = [n for n in drained if n != "node3"]
     failures = sum(1 for k in kinds if k != "ok")
     requeues = Counter(r.job_id for r in rows if r.action == "requeue")
-    print(f"\nload: {JOBS} jobs, {failures} failures injected (+ XID 48 on node3), "
-          f"{len(rows)} decisions for {sum(runs.values())} job ends in {elapsed:.0f}s; "
-          f"nodes drained {drained}, wrongly drained = {len(wrongly)}, records lost = {lost}")
-    subprocess.run(["scancel", *map(str, job_ids)], env=env(devcluster), timeout=60)
+    print(
+        f"\nload: {JOBS} jobs, {failures} failures injected (+ XID 48 on node3), "
+        f"{len(rows)} decisions for {sum(runs.values())} job ends in {elapsed:.0f}s; "
+        f"nodes drained {drained}, wrongly drained = {len(wrongly)}, records lost = {lost}"
+    )
     assert lost == 0
     assert all(per_job[j] == len({r.restart for r in rows if r.job_id == j}) for j in per_job)
     assert wrongly == []
@@ -102,8 +161,3 @@ def test_200_jobs_one_decision_each_and_no_wrong_drains(devcluster) -> None:  # 
     for j, kind in zip(job_ids, kinds, strict=True):
         if kind == "unknown" and runs.get(j, 0) >= 2:
             assert any(r.action == "hold" for r in rows if r.job_id == j), j
-    for node in NODES:
-        subprocess.run(["slurm-triage", "inject", "--node", node, "clear"], env=env(devcluster),
-                       check=False, capture_output=True)
-        if door.node(node).drained:
-            door.resume(node)
