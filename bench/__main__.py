@@ -18,8 +18,7 @@ def main(argv: list[str]) -> int:
     wanted = [n if n.startswith("bench_") else f"bench_{n}" for n in argv]
     unknown = [n for n in wanted if n not in names]
     if unknown:
-        print(f"bench: unknown benchmark {unknown[0]}; have: {', '.join(names)}",
-              file=sys.stderr)
+        print(f"bench: unknown benchmark {unknown[0]}; have: {', '.join(names)}", file=sys.stderr)
         return 2
     for name in wanted or names:
         print(f"\n=== {name} ===", flush=True)

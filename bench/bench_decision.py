@@ -36,12 +36,30 @@ def main() -> None:
             if door.node(node).drained:
                 door.resume(node)
         stamp = f"/tmp/triage-bench-{os.getpid()}-{run}"
-        script = (f'if [ "${{SLURM_RESTART_COUNT:-0}}" -ge 1 ]; then exit 0; fi; '
-                  f'while [ ! -e {stamp}.go ]; do sleep 0.01; done; '
-                  f'date +%s.%N > {stamp}.end; exit 1')
-        job = int(subprocess.run(["sbatch", "--parsable", "--requeue", "-N1", "-w", "node1",
-                                  "--chdir=/tmp", "--wrap", script], env=env, check=True,
-                                 capture_output=True, text=True).stdout.split(";")[0])
+        script = (
+            f'if [ "${{SLURM_RESTART_COUNT:-0}}" -ge 1 ]; then exit 0; fi; '
+            f"while [ ! -e {stamp}.go ]; do sleep 0.01; done; "
+            f"date +%s.%N > {stamp}.end; exit 1"
+        )
+        job = int(
+            subprocess.run(
+                [
+                    "sbatch",
+                    "--parsable",
+                    "--requeue",
+                    "-N1",
+                    "-w",
+                    "node1",
+                    "--chdir=/tmp",
+                    "--wrap",
+                    script,
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split(";")[0]
+        )
         while door.job(job).state is not JobState.RUNNING:
             time.sleep(0.05)
         time.sleep(0.5)  # the Prolog has finished before the fault appears
@@ -54,7 +72,8 @@ def main() -> None:
                 break
             time.sleep(0.02)
         seen = time.time()
-        ended = float(open(f"{stamp}.end").read())
+        with open(f"{stamp}.end") as fh:
+            ended = float(fh.read())
         latencies.append(seen - ended)
         subprocess.run(["scancel", str(job)], env=env, check=False)
         for suffix in (".go", ".end"):
@@ -63,12 +82,16 @@ def main() -> None:
         if '"decision_made"' in line:
             cpu.append(json.loads(line).get("cpu_s", 0.0))
     cpu = cpu[-RUNS:]
-    print(f"job end -> pending with exclusion set, median of {RUNS}: "
-          f"{statistics.median(latencies):.2f} s (min {min(latencies):.2f}, "
-          f"max {max(latencies):.2f}); target <= 5 s")
+    print(
+        f"job end -> pending with exclusion set, median of {RUNS}: "
+        f"{statistics.median(latencies):.2f} s (min {min(latencies):.2f}, "
+        f"max {max(latencies):.2f}); target <= 5 s"
+    )
     if cpu:
-        print(f"decision process CPU time (interpreter start included), median: "
-              f"{statistics.median(cpu) * 1000:.0f} ms")
+        print(
+            f"decision process CPU time (interpreter start included), median: "
+            f"{statistics.median(cpu) * 1000:.0f} ms"
+        )
     for node in ("node1", "node2", "node3"):
         inject(NodeEstate(layout.simulate_root, node), "clear")
         if door.node(node).drained:

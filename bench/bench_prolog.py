@@ -53,8 +53,11 @@ def _median_wall(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def _import_ms(module: str) -> tuple[float, list[tuple[int, str]]]:
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"],
-                         capture_output=True, text=True).stderr
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+    ).stderr
     rows = []
     for line in out.splitlines():
         if line.startswith("import time:") and "|" in line:
@@ -69,16 +72,22 @@ def _import_ms(module: str) -> tuple[float, list[tuple[int, str]]]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        env = dict(os.environ, SLURM_TRIAGE_CONFIG=str(_config(root)),
-                   SLURMD_NODENAME="bench1", SLURM_JOB_ID="1")
+        env = dict(
+            os.environ,
+            SLURM_TRIAGE_CONFIG=str(_config(root)),
+            SLURMD_NODENAME="bench1",
+            SLURM_JOB_ID="1",
+        )
         prolog = str(Path(sys.executable).parent / "slurm-triage-prolog")
         floor, floor_max = _median_wall([sys.executable, "-c", "pass"], env)
         wall, wall_max = _median_wall([prolog], env)
         log = (root / "triage.log").read_text()
         assert "health_run_done" in log, "the prolog did not run its checks"
-    print(f"prolog cold start, median of {RUNS}: {wall * 1000:.0f} ms (max {wall_max * 1000:.0f})"
-          f"  | python -c pass: {floor * 1000:.0f} ms (max {floor_max * 1000:.0f})"
-          f"  | ratio {wall / floor:.1f}x")
+    print(
+        f"prolog cold start, median of {RUNS}: {wall * 1000:.0f} ms (max {wall_max * 1000:.0f})"
+        f"  | python -c pass: {floor * 1000:.0f} ms (max {floor_max * 1000:.0f})"
+        f"  | ratio {wall / floor:.1f}x"
+    )
     total, heavy = _import_ms("slurm_triage.health_checks.service")
     print(f"import slurm_triage.health_checks.service: {total:.0f} ms cumulative")
     for micros, name in heavy:

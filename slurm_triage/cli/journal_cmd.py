@@ -13,7 +13,8 @@ from slurm_triage.errors import TriageError
 
 def register(sub: Any) -> None:
     history = sub.add_parser(
-        "history", help="show the decisions taken on job ends (the journal)",
+        "history",
+        help="show the decisions taken on job ends (the journal)",
         description="Show what slurm-triage decided for each job end: the cause it attributed, "
         "the nodes it blamed, whether it requeued, excluded, held or drained, and why. Read "
         "from the journal (decision.journal in the config).",
@@ -25,7 +26,8 @@ def register(sub: Any) -> None:
     history.set_defaults(handler=_history)
 
     lemons = sub.add_parser(
-        "lemons", help="list nodes whose history makes them lemon candidates, and why",
+        "lemons",
+        help="list nodes whose history makes them lemon candidates, and why",
         description="Per node over policy.lemon_window_days: jobs that failed with the node "
         "blamed (multi-node vs single-node), jobs that excluded it, distinct XIDs, times "
         "drained. Nodes over a policy.lemon_* threshold are lemons: the decision drains them "
@@ -49,8 +51,10 @@ def _journal(context: Any) -> Any:
 
     config = context.config()
     if not Path(config.decision.journal).exists():
-        raise TriageError(f"no journal at {config.decision.journal} (no decision made yet, "
-                          "or decision.journal points elsewhere)")
+        raise TriageError(
+            f"no journal at {config.decision.journal} (no decision made yet, "
+            "or decision.journal points elsewhere)"
+        )
     return Journal(config.decision.journal, config.decision.journal_busy_timeout_s)
 
 
@@ -68,11 +72,13 @@ def _history(args: argparse.Namespace, context: Any) -> int:
         print("no decisions recorded" + (f" for job {args.job}" if args.job else ""))
         return 0
     for row in rows:
-        print(f"{_when(row.decided_at)}  job {row.job_id} run {row.restart}  {row.state or '?'}"
-              f"  cause {row.cause}  blamed {','.join(row.blamed) or '-'}  -> {row.action}"
-              f"{'  excluded ' + ','.join(row.excluded) if row.excluded else ''}"
-              f"{'  drained ' + ','.join(row.drained) if row.drained else ''}"
-              f"  [{row.outcome}]")
+        print(
+            f"{_when(row.decided_at)}  job {row.job_id} run {row.restart}  {row.state or '?'}"
+            f"  cause {row.cause}  blamed {','.join(row.blamed) or '-'}  -> {row.action}"
+            f"{'  excluded ' + ','.join(row.excluded) if row.excluded else ''}"
+            f"{'  drained ' + ','.join(row.drained) if row.drained else ''}"
+            f"  [{row.outcome}]"
+        )
         for reason in row.reasons:
             print(f"      - {reason}")
     return 0
@@ -92,11 +98,15 @@ def _lemons(args: argparse.Namespace, context: Any) -> int:
     if not shown:
         print(f"no lemon candidates in the last {config.policy.lemon_window_days:g} days")
         return 0
-    print(f"{'NODE':<16} {'LEMON':<5} {'FAILED':>6} {'MULTI':>5} {'SINGLE':>6} {'EXCL':>4} "
-          f"{'DRAINED':>7}  XIDS  WHY")
+    print(
+        f"{'NODE':<16} {'LEMON':<5} {'FAILED':>6} {'MULTI':>5} {'SINGLE':>6} {'EXCL':>4} "
+        f"{'DRAINED':>7}  XIDS  WHY"
+    )
     for s in shown:
-        print(f"{s.node:<16} {'yes' if s.lemon else 'no':<5} {s.failed_jobs:>6} "
-              f"{s.multi_node_failures:>5} {s.single_node_failures:>6} {s.excluded_by_jobs:>4} "
-              f"{s.times_drained:>7}  {','.join(map(str, s.xids)) or '-'}  "
-              f"{'; '.join(s.reasons)}")
+        print(
+            f"{s.node:<16} {'yes' if s.lemon else 'no':<5} {s.failed_jobs:>6} "
+            f"{s.multi_node_failures:>5} {s.single_node_failures:>6} {s.excluded_by_jobs:>4} "
+            f"{s.times_drained:>7}  {','.join(map(str, s.xids)) or '-'}  "
+            f"{'; '.join(s.reasons)}"
+        )
     return 0

@@ -119,14 +119,15 @@ def _check(devcluster, door, kinds: list[str], job_ids: list[int], started: floa
         states = {door.job(j).state for j in job_ids[-10:]}
         if states & {JobState.RUNNING, JobState.COMPLETING, JobState.CONFIGURING}:
             return False
+        # Held jobs (the budget) wait for an operator; anything else pending will still run.
         pending = subprocess.run(
             ["squeue", "-h", "-t", "PENDING", "-o", "%r"],
             env=env(devcluster),
             capture_output=True,
             text=True,
             timeout=60,
-        ).stdout.split()
-        if any(reason not in ("JobHeldAdmin",) for reason in pending):
+        ).stdout.splitlines()
+        if any("held" not in reason.lower() for reason in pending):
             return False
         squeue = subprocess.run(
             ["squeue", "-h", "-t", "RUNNING,CONFIGURING,COMPLETING", "-o", "%i"],

@@ -87,9 +87,11 @@ def test_slurm_conf_programs_exit_0_with_a_log_line(program: str, tmp_path: Path
     log = tmp_path / "triage.log"
     config = tmp_path / "c.toml"
     # A node with no GPUs expected and nothing else required is healthy.
-    config.write_text(f'[logging]\ndestination = "file"\nfile = "{log}"\n'
-                      f'[paths]\nstate_dir = "{tmp_path}/state"\n'
-                      "[health]\nexpected_gpus = 0\n")
+    config.write_text(
+        f'[logging]\ndestination = "file"\nfile = "{log}"\n'
+        f'[paths]\nstate_dir = "{tmp_path}/state"\n'
+        "[health]\nexpected_gpus = 0\n"
+    )
     result = _run(
         [str(BIN / program)],
         {"SLURM_TRIAGE_CONFIG": str(config), "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2"},
@@ -111,9 +113,12 @@ def test_prolog_fails_on_a_node_with_a_lost_gpu(tmp_path: Path) -> None:
     config.write_text(
         f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}"\n'
         f'attempts = 1\n[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
-        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n')
-    result = _run([str(BIN / "slurm-triage-prolog")],
-                  {"SLURM_TRIAGE_CONFIG": str(config), "SLURMD_NODENAME": "node2"})
+        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n'
+    )
+    result = _run(
+        [str(BIN / "slurm-triage-prolog")],
+        {"SLURM_TRIAGE_CONFIG": str(config), "SLURMD_NODENAME": "node2"},
+    )
     assert result.returncode == 1
     assert "gpu.lost" in result.stderr and "health_slurm_unreachable" in result.stderr
 

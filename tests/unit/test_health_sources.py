@@ -31,8 +31,10 @@ def events(*lines: str):  # type: ignore[no-untyped-def]
 
 def test_fatal_xid_in_window_fails_high() -> None:
     """XID 79 within the window fails gpu.xid at high severity, naming the GPU."""
-    evs = events(f"{iso(-30)} node2 kernel: NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', "
-                 "name=<unknown>, GPU has fallen off the bus.")
+    evs = events(
+        f"{iso(-30)} node2 kernel: NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', "
+        "name=<unknown>, GPU has fallen off the bus."
+    )
     result = kernel_log.check_xid(evs, CONFIG, NOW)
     assert result.failed and result.severity is Severity.HIGH
     assert "XID 79" in result.reason and "0000:5d:00" in result.reason
@@ -40,22 +42,28 @@ def test_fatal_xid_in_window_fails_high() -> None:
 
 def test_old_xid_outside_window_is_ignored() -> None:
     """An XID older than the window does not fail the node any more."""
-    evs = events(f"{iso(-3600)} node2 kernel: NVRM: Xid (PCI:0000:5d:00): 48, pid=1, "
-                 "name=python, An uncorrectable double bit error")
+    evs = events(
+        f"{iso(-3600)} node2 kernel: NVRM: Xid (PCI:0000:5d:00): 48, pid=1, "
+        "name=python, An uncorrectable double bit error"
+    )
     assert kernel_log.check_xid(evs, CONFIG, NOW).status is Status.OK
 
 
 def test_mig_format_xid_is_read() -> None:
     """The MIG form `(PCI:... GPU-I:05)` is an XID like any other."""
-    evs = events(f"{iso(-5)} node2 kernel: NVRM: Xid (PCI:0000:01:00 GPU-I:05): 95, pid=7194, "
-                 "Uncontained: FBHUB. RST: Yes, D-RST: No")
+    evs = events(
+        f"{iso(-5)} node2 kernel: NVRM: Xid (PCI:0000:01:00 GPU-I:05): 95, pid=7194, "
+        "Uncontained: FBHUB. RST: Yes, D-RST: No"
+    )
     assert kernel_log.check_xid(evs, CONFIG, NOW).failed
 
 
 def test_application_xid_only_fails_when_repeated_across_processes() -> None:
     """XID 13 from one process is the user's bug; from three processes it follows the GPU."""
-    line = ("{t} node2 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid={pid}, name=python, "
-            "Graphics SM Warp Exception")
+    line = (
+        "{t} node2 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid={pid}, name=python, "
+        "Graphics SM Warp Exception"
+    )
     one = events(line.format(t=iso(-20), pid=100))
     assert kernel_log.check_xid(one, CONFIG, NOW).status is Status.OK
     three = events(*(line.format(t=iso(-20 + i), pid=100 + i) for i in range(3)))
@@ -71,8 +79,10 @@ def test_user_logger_line_is_not_a_kernel_xid() -> None:
 
 def test_mce_fails_host_memory() -> None:
     """An uncorrected machine check in the window fails host.memory at high severity."""
-    evs = events(f"{iso(-10)} node2 kernel: mce: [Hardware Error]: CPU 3: Machine Check "
-                 "Exception: 5 Bank 7: be00000000800400")
+    evs = events(
+        f"{iso(-10)} node2 kernel: mce: [Hardware Error]: CPU 3: Machine Check "
+        "Exception: 5 Bank 7: be00000000800400"
+    )
     hw = kernel_log.host_hardware_errors(evs, CONFIG, NOW)
     facts = host.HostFacts(64 << 30, 100 << 30)
     result = host.check_memory(facts, hw, CONFIG)
@@ -107,11 +117,17 @@ def test_ib_link_downed_rising_fails_even_if_port_is_up_again(tmp_path: Path) ->
     ports = infiniband.read_ports(str(estate.sysfs), ("mlx5_0:1",))
     previous = {"ib": {"mlx5_0:1": {"link_downed": 0}}}
     (estate.sysfs / "class/infiniband/mlx5_0/ports/1/counters/link_downed").write_text("2\n")
-    result = infiniband.check_ports(infiniband.read_ports(str(estate.sysfs), ("mlx5_0:1",)),
-                                    CONFIG, previous)
+    result = infiniband.check_ports(
+        infiniband.read_ports(str(estate.sysfs), ("mlx5_0:1",)), CONFIG, previous
+    )
     assert result.failed and "link_downed rose 0->2" in result.reason
-    assert ports[0].counters == {"link_downed": 0, "symbol_error": 0, "port_rcv_errors": 0,
-                                 "link_error_recovery": 0, "local_link_integrity_errors": 0}
+    assert ports[0].counters == {
+        "link_downed": 0,
+        "symbol_error": 0,
+        "port_rcv_errors": 0,
+        "link_error_recovery": 0,
+        "local_link_integrity_errors": 0,
+    }
 
 
 def test_missing_expected_port_fails(tmp_path: Path) -> None:
@@ -122,8 +138,10 @@ def test_missing_expected_port_fails(tmp_path: Path) -> None:
 
 def test_mountinfo_parse() -> None:
     """Mount points and types come from /proc/self/mountinfo, escapes decoded."""
-    text = ("36 35 98:0 / /mnt/a\\040b rw - nfs4 srv:/x rw\n"
-            "37 35 98:1 / /scratch rw shared:1 - lustre 10.0.0.1@o2ib:/fs rw\n")
+    text = (
+        "36 35 98:0 / /mnt/a\\040b rw - nfs4 srv:/x rw\n"
+        "37 35 98:1 / /scratch rw shared:1 - lustre 10.0.0.1@o2ib:/fs rw\n"
+    )
     assert mounts.parse_mountinfo(text) == {"/mnt/a b": "nfs4", "/scratch": "lustre"}
 
 

@@ -80,7 +80,10 @@ def test_xid_event_reaches_registered_waiter(estate: NodeEstate) -> None:
     threading.Timer(0.1, inject, args=(estate, "xid", 48), kwargs={"gpu": 5}).start()
     data = nv.nvmlEventSetWait_v2(event_set, 5000)
     assert (data.eventType, data.eventData, data.device.index) == (
-        pynvml.nvmlEventTypeXidCriticalError, 48, 5)
+        pynvml.nvmlEventTypeXidCriticalError,
+        48,
+        5,
+    )
 
 
 def test_inject_effects_are_consistent(estate: NodeEstate) -> None:
@@ -93,8 +96,9 @@ def test_inject_effects_are_consistent(estate: NodeEstate) -> None:
     assert read_nvml(FakeNvml(estate.nvml_state)).gpus[1].ecc_volatile_uncorrected == 0
 
 
-@pytest.mark.parametrize(("fault", "kwargs"), [("melt", {}), ("xid", {}),
-                                               ("ecc", {"gpu": 9}), ("ib_down", {"port": 7})])
+@pytest.mark.parametrize(
+    ("fault", "kwargs"), [("melt", {}), ("xid", {}), ("ecc", {"gpu": 9}), ("ib_down", {"port": 7})]
+)
 def test_bad_injections_are_refused(estate: NodeEstate, fault: str, kwargs: dict) -> None:
     """Unknown faults, a missing XID number or an out-of-range GPU/port raise InjectError."""
     with pytest.raises(InjectError):
