@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, scan_lines
 from slurm_triage.config import Config
@@ -29,9 +29,19 @@ from slurm_triage.policies import Decision, JobView, PastDecision, PolicyInput, 
 from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.prolog_epilog import actuator, safe_files
-from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError, hostlist, open_door
+from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, hostlist, open_door
 from slurm_triage.taxonomy import Domain, info, parse_cause
 
+_RUNNING_AGAIN = frozenset(
+    {
+        JobState.PENDING,
+        JobState.CONFIGURING,
+        JobState.RUNNING,
+        JobState.REQUEUED,
+        JobState.REQUEUE_HOLD,
+        JobState.SUSPENDED,
+    }
+)
 # While EpilogSlurmctld runs, slurmctld shows COMPLETING; the reason says how it ended.
 _REASON_STATE = {
     "NonZeroExitCode": "FAILED",
@@ -253,14 +263,19 @@ def _lemons(
 def decide(
     config: Config, ending: Ending, door: SlurmDoor, journal: Journal, env: dict[str, str]
 ) -> Outcome:
+    job = door.job(ending.job_id)
+    # At EpilogSlurmctld time a job that just ended is COMPLETING (or already finished).
+    # Pending or running again means Slurm requeued it before asking us (its Prolog turned
+    # it away, RequeueExit): the run that ended is the one before the current count, and
+    # Slurm reports the new count, so the journal key must use the run that ended.
+    requeued_by_slurm = job.state in _RUNNING_AGAIN
+    if requeued_by_slurm:
+        ending = replace(ending, restart=max(0, job.restart_count - 1))
     log = get_logger(job_id=ending.job_id, restart=ending.restart)
     owner = f"{socket.gethostname()}:{os.getpid()}"
     if not journal.claim(ending.job_id, ending.restart, owner):
         log.info("decision_already_taken")
         return Outcome(ending.job_id, decided=False)
-    job = door.job(ending.job_id)
-    # Slurm may have requeued it already (a Prolog turned it away, RequeueExit).
-    requeued_by_slurm = job.restart_count > ending.restart and not job.state.finished
     state_text = (
         "REQUEUED"
         if requeued_by_slurm
