@@ -101,6 +101,8 @@ def final_state(door: SlurmDoor, job: JobInfo, wait_s: float) -> str:
     while True:
         try:
             accounted = door.accounted_job(job.job_id)
+            if accounted.state is JobState.REQUEUED:
+                return "REQUEUED"  # Slurm requeued this run itself
             if accounted.state.finished:
                 return accounted.state_text or accounted.state.value
         except SlurmError:
@@ -265,10 +267,15 @@ def decide(
 ) -> Outcome:
     job = door.job(ending.job_id)
     # At EpilogSlurmctld time a job that just ended is COMPLETING (or already finished).
-    # Pending or running again means Slurm requeued it before asking us (its Prolog turned
-    # it away, RequeueExit): the run that ended is the one before the current count, and
-    # Slurm reports the new count, so the journal key must use the run that ended.
-    requeued_by_slurm = job.state in _RUNNING_AGAIN
+    # If Slurm requeued it before asking us (its Prolog turned it away, RequeueExit), it is
+    # pending or running again, or accounting already says REQUEUED; Slurm then reports the
+    # new restart count, so the journal key must use the run that ended, the one before.
+    state_text = (
+        "REQUEUED"
+        if job.state in _RUNNING_AGAIN
+        else final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
+    )
+    requeued_by_slurm = state_text == "REQUEUED"
     if requeued_by_slurm:
         ending = replace(ending, restart=max(0, job.restart_count - 1))
     log = get_logger(job_id=ending.job_id, restart=ending.restart)
@@ -276,11 +283,6 @@ def decide(
     if not journal.claim(ending.job_id, ending.restart, owner):
         log.info("decision_already_taken")
         return Outcome(ending.job_id, decided=False)
-    state_text = (
-        "REQUEUED"
-        if requeued_by_slurm
-        else final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
-    )
     if state_text != "COMPLETED":
         missing = wait_for_root_records(config, ending)
         if missing:

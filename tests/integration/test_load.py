@@ -68,8 +68,13 @@ def _runs(layout, job_ids: list[int]) -> dict[int, int]:  # type: ignore[no-unty
     ).stdout
     ends: Counter[int] = Counter()
     for line in out.splitlines():
-        job, state = line.split("|", 1)
-        if job.isdigit() and not state.startswith(("RUNNING", "PENDING")):
+        job, state, nodes = line.split("|", 2)
+        # A job cancelled while pending (held by the budget) never ran: no job end.
+        if (
+            job.isdigit()
+            and nodes != "None assigned"
+            and not state.startswith(("RUNNING", "PENDING"))
+        ):
             ends[int(job)] += 1
     return dict(ends)
 
