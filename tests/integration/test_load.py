@@ -59,7 +59,17 @@ def _submit(layout, kind: str) -> int:  # type: ignore[no-untyped-def]
 def _runs(layout, job_ids: list[int]) -> dict[int, int]:  # type: ignore[no-untyped-def]
     """Job ends per job according to Slurm's accounting (each requeue is a row with -D)."""
     out = subprocess.run(
-        ["sacct", "-n", "-X", "-D", "-P", "-o", "JobID,State", "-j", ",".join(map(str, job_ids))],
+        [
+            "sacct",
+            "-n",
+            "-X",
+            "-D",
+            "-P",
+            "-o",
+            "JobID,State,NodeList",
+            "-j",
+            ",".join(map(str, job_ids)),
+        ],
         env=env(layout),
         capture_output=True,
         text=True,
