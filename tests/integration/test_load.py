@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from slurm_triage.journal import Journal
-from slurm_triage.slurm import JobState, open_door
+from slurm_triage.slurm import open_door
 from tests.integration.slurmtest import env, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
