@@ -315,6 +315,7 @@ def decide(
         restart=ending.restart,
         drain_reason=reason,
         dry_run=not config.policy.act,
+        already_requeued=requeued_by_slurm,
     )
     _record(journal, ending, job, state_text, attribution, decision, applied)
     log.info(
