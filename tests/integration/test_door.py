@@ -60,9 +60,13 @@ def test_reads_running_job_fields(door: SlurmDoor, devcluster) -> None:  # type:
 
 def test_requeue_failed_job_runs_again(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
     """A failed --requeue job is requeued: Restarts goes to 1 and it runs a second time."""
-    job_id = sbatch(
-        devcluster, "--requeue", "-N1", "--wrap", 'echo "run $SLURM_RESTART_COUNT"; exit 3'
+    # A user bug (KeyError), so slurm-triage's own decision leaves the job FAILED for us.
+    user_bug = (
+        'echo "run $SLURM_RESTART_COUNT"; echo "Traceback (most recent call last):" >&2; '
+        "echo '  File \"train.py\", line 3, in <module>' >&2; echo \"KeyError: 'lr'\" >&2; "
+        "exit 3"
     )
+    job_id = sbatch(devcluster, "--requeue", "-N1", "--wrap", user_bug)
     failed = wait_for(
         lambda: (j := door.job(job_id)).state is JobState.FAILED and j, 30, "job failed"
     )
