@@ -1,32 +1,35 @@
 """Run a training command as a child and end exactly as it ended.
 
 The wrapper must be invisible to srun, slurmstepd and sacct: same exit code, and when the
-child dies of a signal the wrapper dies of that signal too (`exit_like`). Slurm's signals
-(preemption and time-limit warnings via --signal, scancel's SIGTERM) go to the child's
+child dies of a signal the wrapper dies of that signal too (`exit_like`). Signals sent to
+the wrapper (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCONT) go on to the child's
 process group; after a SIGTERM the group gets SIGKILL once the grace period (< Slurm's
 KillWait) is over. When the child has exited, whatever is left of its group, and any
 descendant that escaped it with setsid (we are their subreaper), is killed and reaped, so
 no orphan outlives the step and no zombie is left behind.
 
-The main thread sleeps in select() on a wake-up pipe that the C-level signal handler
-writes to (`signal.set_wakeup_fd`), so a signal is forwarded within microseconds and a
-child's exit (SIGCHLD) is noticed at once; a periodic tick drives the watchers.
+Signals are taken synchronously: the main thread blocks them (helper threads inherit the
+mask) and waits in sigtimedwait(), which also says who sent each one. That matters under
+Slurm: slurmstepd signals every process of a step itself (proctrack/cgroup and linuxproc),
+so the child already has what slurmstepd sent us, and forwarding it would deliver it twice
+(a trainer would checkpoint twice, or die of the second SIGUSR1 while exiting from the
+first). Those are not forwarded; signals from anyone else are. The child is started with
+posix_spawn, with the signal mask and dispositions we were started with.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import resource
-import select
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import FrameType, TracebackType
-from typing import Any
+from types import TracebackType
+
+from slurm_triage.wrapper.reap import become_subreaper, kill_descendants, signal_group
+from slurm_triage.wrapper.terminal import give_terminal, take_terminal
 
 FORWARDED_SIGNALS = (
     signal.SIGTERM,
@@ -36,10 +39,27 @@ FORWARDED_SIGNALS = (
     signal.SIGUSR2,
     signal.SIGCONT,
 )
-# Signals only the main thread may take: helper threads block these.
+# Blocked in the main thread and every helper thread; the main loop waits for them.
 MAIN_THREAD_SIGNALS = (*FORWARDED_SIGNALS, signal.SIGCHLD)
-_PR_SET_CHILD_SUBREAPER = 36
+# What subprocess resets in a child (Python ignores SIGPIPE; an ignored signal survives exec).
+_CHILD_DEFAULTS = (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED_SIGNALS)
 REAP_TIMEOUT_S = 5.0
+
+
+class SpawnError(Exception):
+    """The command could not be started (not found, not executable, ...)."""
+
+    def __init__(self, argv0: str, error: OSError) -> None:
+        self.argv0, self.error = argv0, error
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        if isinstance(self.error, FileNotFoundError):
+            return f"{self.argv0}: command not found"
+        if isinstance(self.error, PermissionError):
+            return f"{self.argv0}: permission denied"
+        return f"{self.argv0}: cannot run: {self.error.strerror or self.error}"
 
 
 @dataclass(frozen=True)
@@ -56,7 +76,7 @@ class ChildExit:
 
     @classmethod
     def from_status(cls, status: int) -> ChildExit:
-        """From a raw wait() status, keeping the core-dump flag subprocess drops."""
+        """From a raw wait() status, keeping the core-dump flag."""
         if os.WIFSIGNALED(status):
             return cls(None, os.WTERMSIG(status), os.WCOREDUMP(status))
         return cls(os.WEXITSTATUS(status), None)
@@ -71,8 +91,10 @@ class Supervisor:
 
     It owns every child of this process (it reaps with waitpid(-1) and makes the process a
     child subreaper), so it belongs in the wrapper process, not in a library caller's.
-    Use as a context manager: signal handlers are installed on entry (before the child
-    exists, so no signal is lost during the spawn) and the previous ones restored on exit.
+    Use as a context manager, entered before any helper thread starts: the signals are
+    blocked on entry (none is lost during the spawn: it waits, pending) and unblocked on
+    exit. `already_delivered(sender_pid)` says whether the child has a signal already
+    (slurmstepd's, see the module doc); those are not forwarded.
     """
 
     def __init__(
@@ -83,35 +105,27 @@ class Supervisor:
         env: Mapping[str, str] | None = None,
         stdout: int | None = None,
         stderr: int | None = None,
+        already_delivered: Callable[[int], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if kill_grace_s < 0:
             raise ValueError("kill_grace_s must be >= 0")
         self._argv = list(argv)
         self._grace_s = kill_grace_s
-        self._env = dict(env) if env is not None else None
+        self._env = dict(os.environ if env is None else env)
         self._stdout, self._stderr = stdout, stderr
+        self._already_delivered = already_delivered
         self._clock = clock
-        self._child: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None
         self._exit: ChildExit | None = None
-        self._pending: list[int] = []
         self._kill_at: float | None = None
         self._killed = False
-        self._previous: dict[int, Any] = {}
-        self._wake: tuple[int, int] | None = None
-        self._previous_wakeup = -1
-
-    @property
-    def pid(self) -> int | None:
-        return self._child.pid if self._child is not None else None
+        self._mask: set[int] = set()  # the mask we were started with
+        self._terminal: int | None = None
+        self.skipped = 0  # signals not forwarded because the child had them from slurmstepd
 
     def __enter__(self) -> Supervisor:
-        self._wake = os.pipe()
-        for fd in self._wake:
-            os.set_blocking(fd, False)
-        self._previous_wakeup = signal.set_wakeup_fd(self._wake[1], warn_on_full_buffer=False)
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in FORWARDED_SIGNALS}
-        self._previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, _ignore)
+        self._mask = {int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)}
         return self
 
     def __exit__(
@@ -120,72 +134,86 @@ class Supervisor:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(self._previous_wakeup)
-        if self._wake is not None:
-            for fd in self._wake:
-                os.close(fd)
-        if self._child is not None and self._exit is None:
+        if self.pid is not None and self._exit is None:
+            take_terminal(self._terminal)
             self._kill_everything()  # we are leaving on an error: take the child with us
+        # What arrived after the child's end was for the child; do not let it hit us now.
+        while signal.sigtimedwait(FORWARDED_SIGNALS, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
 
     def start(self) -> int:
-        """Spawn the child; FileNotFoundError / PermissionError when it cannot be run."""
-        _become_subreaper()
-        # close_fds=False: our own fds are non-inheritable anyway, and what our parent
-        # passed on purpose (srun's PMI_FD for MPI) must reach the command as without us.
-        self._child = subprocess.Popen(
-            self._argv,
-            process_group=0,
-            env=self._env,
-            stdout=self._stdout,
-            stderr=self._stderr,
-            close_fds=False,
-        )
-        for sig in self._pending:
-            self._deliver(sig)
-        self._pending.clear()
-        return self._child.pid
+        """Spawn the child; SpawnError when it cannot be run."""
+        become_subreaper()
+        actions = [
+            (os.POSIX_SPAWN_DUP2, fd, target)
+            for fd, target in ((self._stdout, 1), (self._stderr, 2))
+            if fd is not None
+        ]
+        try:
+            # Our own fds are close-on-exec; what our parent passed on purpose (srun's
+            # PMI_FD for MPI) reaches the command as it would without us.
+            self.pid = os.posix_spawnp(
+                self._argv[0],
+                self._argv,
+                self._env,
+                file_actions=actions,
+                setpgroup=0,
+                setsigmask=self._mask,
+                setsigdef=_CHILD_DEFAULTS,
+            )
+        except OSError as exc:
+            raise SpawnError(self._argv[0], exc) from None
+        self._terminal = give_terminal(self.pid)
+        return self.pid
 
     def terminate(self) -> None:
         """SIGTERM the child's group now and SIGKILL it after the grace period."""
-        self._deliver(signal.SIGTERM)
+        self._deliver(signal.SIGTERM, forward=True)
 
     def wait(self, tick_s: float, on_tick: Callable[[], None] = lambda: None) -> ChildExit:
         """Block until the child exits (forwarding signals meanwhile); then clean up its group."""
-        if self._child is None or self._wake is None:
+        if self.pid is None:
             raise RuntimeError("start() the child first")
         while self._exit is None:
             timeout = tick_s
             if self._kill_at is not None:
                 timeout = max(0.0, min(timeout, self._kill_at - self._clock()))
-            select.select([self._wake[0]], [], [], timeout)
-            _drain(self._wake[0])
+            info = signal.sigtimedwait(MAIN_THREAD_SIGNALS, timeout)
+            while info is not None:
+                self._on_signal(info)
+                info = signal.sigtimedwait(MAIN_THREAD_SIGNALS, 0)
             self._reap_ready()
             if self._exit is None:
                 self._escalate()
                 on_tick()
+        take_terminal(self._terminal)
         self._kill_everything()
-        assert self._exit is not None
         return self._exit
 
     # -- signals --------------------------------------------------------------------------
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if self._child is None:
-            self._pending.append(signum)  # arrived during the spawn: deliver right after
-        elif self._exit is None:
-            self._deliver(signum)
+    def _on_signal(self, info: signal.struct_siginfo) -> None:
+        if info.si_signo == signal.SIGCHLD or self._exit is not None:
+            return  # reaping follows; after the child's end there is nobody to forward to
+        check = self._already_delivered
+        forward = check is None or not check(info.si_pid)
+        if not forward:
+            self.skipped += 1
+        self._deliver(info.si_signo, forward)
 
-    def _deliver(self, signum: int) -> None:
-        if self._child is None or self._exit is not None:
+    def _deliver(self, signum: int, forward: bool) -> None:
+        if self.pid is None or self._exit is not None:
             return
-        _signal_group(self._child.pid, signum)
+        if forward:
+            signal_group(self.pid, signum)
+        # Even a SIGTERM the child had directly starts our grace: the wrapper needs the
+        # time between the child's end and Slurm's SIGKILL to write its record.
         if signum == signal.SIGTERM and self._kill_at is None and not self._killed:
             self._kill_at = self._clock() + self._grace_s
 
     def _escalate(self) -> None:
-        if self._kill_at is not None and self._clock() >= self._kill_at and self._child:
-            _signal_group(self._child.pid, signal.SIGKILL)
+        if self._kill_at is not None and self._clock() >= self._kill_at and self.pid:
+            signal_group(self.pid, signal.SIGKILL)
             # Once is enough: a process stuck in D state dies when the kernel lets it, and
             # re-arming would spin this loop at a zero timeout until then.
             self._kill_at = None
@@ -193,8 +221,7 @@ class Supervisor:
 
     # -- reaping --------------------------------------------------------------------------
     def _reap_ready(self) -> None:
-        """Collect every exited child: ours (its status), and orphans we inherited."""
-        assert self._child is not None
+        """Collect every exited child: ours (its status), and orphans we adopted."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -202,82 +229,27 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            if pid == self._child.pid:
+            if pid == self.pid:
                 self._exit = ChildExit.from_status(status)
-                # Tell Popen, which did not reap it itself, so it never waits again.
-                self._child.returncode = os.waitstatus_to_exitcode(status)
 
     def _kill_everything(self) -> None:
         """SIGKILL the child's group and every descendant we adopted, then reap them all."""
-        assert self._child is not None
-        _signal_group(self._child.pid, signal.SIGKILL)
+        assert self.pid is not None
+        signal_group(self.pid, signal.SIGKILL)
         if self._exit is None:
-            _signal_process(self._child.pid, signal.SIGKILL)
-        for pid in _descendants(os.getpid()):
-            _signal_process(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        kill_descendants(os.getpid())
         deadline = self._clock() + REAP_TIMEOUT_S
         while self._clock() < deadline:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
-            if pid == self._child.pid and self._exit is None:
+            if pid == self.pid and self._exit is None:
                 self._exit = ChildExit.from_status(status)
-                self._child.returncode = os.waitstatus_to_exitcode(status)
             if pid == 0:
                 time.sleep(0.005)
-
-
-def _ignore(_signum: int, _frame: FrameType | None) -> None:
-    """SIGCHLD needs a Python handler for the wake-up fd to see it; the loop does the work."""
-
-
-def _drain(fd: int) -> None:
-    with contextlib.suppress(BlockingIOError, InterruptedError):
-        while os.read(fd, 512):
-            pass
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-def _signal_process(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
-
-
-def _become_subreaper() -> None:
-    """Adopt the orphans of the child's descendants (setsid'd helpers), so we can end them."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: killing the child's group is all we can do
-
-
-def _descendants(root: int) -> list[int]:
-    """Pids of every live descendant of `root`, from /proc (psutil would cost an import)."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: fields start after the last ')'.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and fields[0] != b"Z":
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def exit_like(child: ChildExit) -> int:

@@ -1,0 +1,126 @@
+"""Who one wrapper is within its job: job, node, step, task, and the GPUs of its step.
+
+Read once from the environment srun gives every task (SLURM_JOB_ID, SLURMD_NODENAME,
+SLURM_STEP_ID, SLURM_PROCID, SLURM_STEP_TASKS_PER_NODE, ...). Outside Slurm the job is
+"local", the node is the short hostname and the step "0", so `slurm-triage wrap` also works
+on a workstation. Names become file names, so each part is reduced to a safe character set.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+LOCAL_JOB = "local"
+BATCH_STEP = "batch"
+# The batch script has SLURM_JOB_ID but no SLURM_STEP_ID (checked on Slurm 22.05).
+_JOB_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")
+_STEP_VARS = ("SLURM_STEP_ID", "SLURM_STEPID")
+# Per-step counts first: a step may run fewer tasks per node than its job asked for.
+_TASKS_PER_NODE_VARS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+# Host indices first: under ConstrainDevices CUDA_VISIBLE_DEVICES is renumbered from 0.
+_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_+-]")
+_COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+MAX_PART_CHARS = 64
+
+
+@dataclass(frozen=True)
+class StepIdentity:
+    """This wrapper's place in the job; `tasks_on_node` > 1 puts the task id in file names."""
+
+    job_id: str
+    node: str
+    step: str
+    task: str
+    rank: int | None
+    tasks_on_node: int = 1
+
+    @property
+    def record_name(self) -> str:
+        """`<node>.<step>.json`, or `<node>.<step>.<task>.json` when the node runs several."""
+        if self.tasks_on_node > 1:
+            return f"{self.node}.{self.step}.{self.task}.json"
+        return f"{self.node}.{self.step}.json"
+
+    @property
+    def label(self) -> str:
+        """`<node>.<step>.<task>`: unique per rank, for tee files and scratch directories."""
+        return f"{self.node}.{self.step}.{self.task}"
+
+
+def identity_from_env(env: Mapping[str, str], hostname: str | None = None) -> StepIdentity:
+    """The identity srun's environment describes; clear fallbacks outside Slurm."""
+    job = _first(env, _JOB_VARS)
+    step = _first(env, _STEP_VARS) or (BATCH_STEP if job else "0")
+    node = env.get("SLURMD_NODENAME") or (hostname or socket.gethostname()).split(".", 1)[0]
+    procid = env.get("SLURM_PROCID", "")
+    rank = int(procid) if procid.isdigit() else None
+    return StepIdentity(
+        job_id=safe_part(job or LOCAL_JOB),
+        node=safe_part(node),
+        step=safe_part(step),
+        task=str(rank) if rank is not None else "0",
+        rank=rank,
+        tasks_on_node=tasks_on_node(env),
+    )
+
+
+def tasks_on_node(env: Mapping[str, str]) -> int:
+    """How many tasks of this step run on this node (1 when nothing says otherwise)."""
+    for var in _TASKS_PER_NODE_VARS:
+        counts = expand_counts(env.get(var, ""))
+        if counts:
+            node_id = env.get("SLURM_NODEID", "")
+            index = int(node_id) if node_id.isdigit() else -1
+            return counts[index] if 0 <= index < len(counts) else max(counts)
+    per_node = env.get("SLURM_NTASKS_PER_NODE", "")
+    return int(per_node) if per_node.isdigit() and int(per_node) > 0 else 1
+
+
+def expand_counts(text: str) -> list[int]:
+    """Slurm's compressed per-node counts: `"2(x3),1"` -> [2, 2, 2, 1]; [] if unreadable."""
+    out: list[int] = []
+    for part in text.split(","):
+        match = _COUNT.match(part.strip())
+        if match is None:
+            return []
+        repeat = int(match.group(2) or 1)
+        if repeat > 100_000:  # a node list is never that long; do not build a huge list
+            return []
+        out.extend([int(match.group(1))] * repeat)
+    return out
+
+
+def step_gpus(env: Mapping[str, str]) -> tuple[int, ...] | None:
+    """NVML indices of this step's GPUs; None means "not known": watch every GPU.
+
+    SLURM_STEP_GPUS / SLURM_JOB_GPUS hold host indices (gres.conf order, normally the
+    NVML/PCI order); CUDA_VISIBLE_DEVICES is the last resort: it uses CUDA's order, and
+    under cgroup device constraint it is renumbered from 0. UUIDs are not resolved.
+    """
+    for var in _GPU_VARS:
+        value = env.get(var, "").strip()
+        if not value:
+            continue
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if parts and all(p.isdigit() for p in parts):
+            return tuple(dict.fromkeys(int(p) for p in parts))
+        return None
+    return None
+
+
+def safe_part(text: str) -> str:
+    """`text` as one safe file-name part: [A-Za-z0-9_+-] only, never empty or dotted."""
+    cleaned = _UNSAFE.sub("_", text.strip())[:MAX_PART_CHARS]
+    return cleaned or "unknown"
+
+
+def _first(env: Mapping[str, str], names: tuple[str, ...]) -> str:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return ""

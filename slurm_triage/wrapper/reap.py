@@ -1,0 +1,69 @@
+"""Ending a process tree for good: signal a group, adopt and kill escaped descendants.
+
+A training command's helpers (dataloader workers, a launcher's daemons) may outlive it, and
+some leave its process group with setsid. As a child subreaper the wrapper inherits those
+orphans instead of init, so at the end it can find every descendant in /proc, kill it, and
+reap it: no orphan runs on after the step, no zombie stays behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Adopt the orphans of our descendants (Linux); False where that is not possible."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False  # not Linux: killing the child's group is all we can do
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    """Signal a process group that may already be gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def kill_descendants(root: int) -> list[int]:
+    """SIGKILL every live descendant of `root`; the pids signalled."""
+    found = descendants(root)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return found
+
+
+def descendants(root: int) -> list[int]:
+    """Pids of every live (not zombie) descendant of `root`, from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(entry.name)
+        if fields is not None and fields[0] != b"Z":
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _stat_fields(pid: str) -> list[bytes] | None:
+    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ..."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return fields if len(fields) > 1 else None
