@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
         description="Change a simulated node's hardware state the way a real fault would "
         "show up: NVML state, kernel log, sysfs, mounts. Faults: xid=N, ecc=N, remap_pending, "
         "remap_failure, nvlink_down[=LINK], gpu_lost, ib_down, mount_hung, nvml_hang[=S], "
-        "nvml_error=CODE, driver_unloaded, clear. Needs health.nvml = \"simulated\" to be "
+        'nvml_error=CODE, driver_unloaded, clear. Needs health.nvml = "simulated" to be '
         "seen by the checks.",
     )
     inject.add_argument("--node", required=True, help="simulated node, e.g. node2")
