@@ -137,6 +137,10 @@ class WrapperConfig:
     hang_timeout_s: float = field(default=0.0, metadata=_range(0, 86400 * 7))
     # Watch NVML XID/ECC events for the step's GPUs while the command runs.
     watch_nvml: bool = True
+    # End the command at once when NVML reports a node-fatal XID (79, 48, 74, 95, ...) or a
+    # lost GPU on its GPUs: the job is dead anyway, and every rank would otherwise wait for
+    # the NCCL timeout before the requeue can start.
+    end_on_fatal_xid: bool = True
     # Also copy each rank's output to <tee_dir>/<job>/<node>.<step>.<task>.{out,err}; "" = off.
     tee_dir: str = ""
     # Print a one-line attribution summary to stderr when the command failed.

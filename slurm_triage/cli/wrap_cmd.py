@@ -69,6 +69,15 @@ def register(sub: Any) -> None:
         const=False,
         help="do not watch NVML events (default: wrapper.watch_nvml, on)",
     )
+    parser.add_argument(
+        "--keep-on-xid",
+        dest="end_on_fatal_xid",
+        action="store_const",
+        const=False,
+        help="do not end the command when NVML reports a node-fatal XID or a lost GPU on its "
+        "GPUs (default: wrapper.end_on_fatal_xid, on: end it at once, so the requeue "
+        "starts in seconds instead of after the NCCL timeout)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
     parser.set_defaults(handler=_wrap)
 
@@ -90,6 +99,7 @@ def _wrap(args: argparse.Namespace, context: Any) -> int:
         tail_bytes=args.tail_bytes,
         tee_dir=args.tee_dir,
         watch_nvml=args.watch_nvml,
+        end_on_fatal_xid=args.end_on_fatal_xid,
     )
     try:
         child = run_wrapped(command, options)

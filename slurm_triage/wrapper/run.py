@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig, WrapperConfig
-from slurm_triage.evidence import Source, Stall
+from slurm_triage.evidence import NvmlCondition, NvmlFact, Source, Stall
 from slurm_triage.logs import get_logger
 from slurm_triage.wrapper.errorfile import ErrorFileError, ErrorReport, read_error_file
 from slurm_triage.wrapper.files import Scratch, open_tees
@@ -31,6 +31,8 @@ from slurm_triage.wrapper.watch import HangDetector, TreeRss, heartbeat_mtime, t
 # Set for the child: a nested `slurm-triage wrap` of the same rank runs its command directly.
 WRAPPED_ENV = "SLURM_TRIAGE_WRAPPED"
 PUMP_JOIN_S = 5.0
+# How often the main loop looks at new NVML facts (the watcher itself polls every 0.5 s).
+FATAL_XID_TICK_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class WrapOptions:
     kill_grace_s: float = WrapperConfig.kill_grace_s
     hang_timeout_s: float = WrapperConfig.hang_timeout_s
     watch_nvml: bool = WrapperConfig.watch_nvml
+    end_on_fatal_xid: bool = WrapperConfig.end_on_fatal_xid
     tee_dir: str = WrapperConfig.tee_dir
     summary: bool = WrapperConfig.summary
     evidence_dir: str = PathsConfig.evidence_dir
@@ -122,6 +125,9 @@ def _supervise(
         pid = streams.start(supervisor.start)
         watcher = _start_nvml(options, identity, env)
         monitor = _Monitor(supervisor, streams.pumps, scratch, options, identity, pid, say)
+        if watcher is not None and options.end_on_fatal_xid:
+            monitor.fatal = FatalXidGuard(watcher, supervisor, say)
+            monitor.tick_s = min(monitor.tick_s, FATAL_XID_TICK_S)
         child = supervisor.wait(monitor.tick_s, monitor.tick)
         ended = _Ended(child, time.monotonic() - started, started_wall)
         try:
@@ -202,6 +208,7 @@ class _Monitor:
         self._hang = HangDetector(timeout, time.monotonic()) if timeout > 0 else None
         self.rss: TreeRss | None = TreeRss(pid)
         self.stall: Stall | None = None
+        self.fatal: FatalXidGuard | None = None
 
     def tick(self) -> None:
         """Never raises: a watcher that fails is switched off, the run goes on."""
@@ -211,6 +218,8 @@ class _Monitor:
                 self.rss.maybe_sample(now)
             except Exception:
                 self.rss = None  # figures are a nicety
+        if self.fatal is not None:
+            self.fatal.check()
         if self._hang is not None and self.stall is None:
             try:
                 self._check_hang(now)
@@ -230,6 +239,50 @@ class _Monitor:
             f"slurm-triage: no output and no heartbeat for {idle:.0f} s: ending the command (hang)"
         )
         self._supervisor.terminate()
+
+
+class FatalXidGuard:
+    """Ends the command once NVML reports a node-fatal XID or a lost GPU on its GPUs.
+
+    Which XIDs are node-fatal is the XID catalogue's call (its node action drains); an
+    application XID (13, 31, 43, ...) is the program's own and is left to the program."""
+
+    def __init__(
+        self, watcher: NvmlWatcher, supervisor: Supervisor, say: Callable[[str], None]
+    ) -> None:
+        self._watcher, self._supervisor, self._say = watcher, supervisor, say
+        self._seen = 0
+        self.fired = False
+
+    def check(self) -> None:
+        if self.fired:
+            return
+        facts = self._watcher.facts
+        for fact in facts[self._seen :]:
+            if node_fatal(fact):
+                self.fired = True
+                self._say(
+                    f"slurm-triage: {fact.detail} on GPU {fact.gpu}: a node fault, "
+                    "ending the command now instead of waiting for a timeout"
+                )
+                self._supervisor.terminate()
+                break
+        self._seen = len(facts)
+
+
+def node_fatal(fact: NvmlFact) -> bool:
+    if fact.condition in (NvmlCondition.GPU_LOST, NvmlCondition.ECC_UNCORRECTED):
+        return True
+    if fact.condition is NvmlCondition.XID_EVENT and fact.value is not None:
+        from slurm_triage.attribution.xid import NodeAction, lookup
+
+        return lookup(fact.value).node_action in (
+            NodeAction.DRAIN_RESET,
+            NodeAction.DRAIN_REBOOT,
+            NodeAction.DRAIN_RMA,
+            NodeAction.DRAIN_INSPECT,
+        )
+    return False
 
 
 def _start_nvml(

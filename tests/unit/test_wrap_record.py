@@ -124,7 +124,7 @@ def test_xid_injected_during_the_run_is_recorded(tmp_path: Path) -> None:
     env = wrap_env(tmp_path, config=config, SLURM_STEP_GPUS="2,3")
     env["SLURM_TRIAGE__WRAPPER__WATCH_NVML"] = "true"
     proc = subprocess.Popen(
-        [*WRAP, "--", sys.executable, "-c", script],
+        [*WRAP, "--keep-on-xid", "--", sys.executable, "-c", script],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -144,6 +144,39 @@ def test_xid_injected_during_the_run_is_recorded(tmp_path: Path) -> None:
     assert not verdict.root_backed  # the wrapper is the user: it can requeue, never drain
     assert "gpu_unavailable (hardware)" in err.splitlines()[-1]
     assert err.splitlines()[-1].endswith("requeue excluding nodeA")
+
+
+def test_fatal_xid_ends_the_command_at_once(tmp_path: Path) -> None:
+    """A node-fatal XID on the step's GPU ends a command that would otherwise hang (in NCCL)
+    within seconds; an application XID (13) before it does not."""
+    sim = tmp_path / "sim"
+    estate = NodeEstate(sim, "nodeA").ensure()
+    log = tmp_path / "triage.log"
+    config = (
+        f'[logging]\ndestination = "file"\nfile = "{log}"\nlevel = "debug"\nformat = "json"\n'
+        f'[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
+    )
+    env = wrap_env(tmp_path, config=config, SLURM_STEP_GPUS="3")
+    env["SLURM_TRIAGE__WRAPPER__WATCH_NVML"] = "true"
+    proc = subprocess.Popen(
+        [*WRAP, "--kill-grace", "1", "--", sys.executable, "-c", "import time; time.sleep(120)"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_log(log, '"nvml_watching"', timeout_s=30)
+    inject(estate, "xid", 13, gpu=3)
+    time.sleep(1.5)
+    assert proc.poll() is None  # the program's own fault is left to the program
+    started = time.monotonic()
+    inject(estate, "xid", 79, gpu=3)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 5
+    assert proc.returncode == -signal.SIGTERM
+    assert "XID 79" in err and "ending the command now" in err
+    verdict = attribute(_record(tmp_path).facts)
+    assert verdict.cause is Cause.GPU_UNAVAILABLE and verdict.nodes == ("nodeA",)
 
 
 def _wait_for_log(path: Path, needle: str, timeout_s: float) -> None:
