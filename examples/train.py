@@ -42,7 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--checkpoint-every", type=int, default=20)
-    parser.add_argument("--checkpoint", type=Path, default=Path("checkpoint.json"))
+    parser.add_argument(
+        "--checkpoint",
+        default="checkpoint-rank{rank}.json",
+        help="checkpoint file; {rank} becomes this task's SLURM_PROCID (the batch script's "
+        "own $SLURM_PROCID is always 0, so let each task fill in its rank here)",
+    )
     parser.add_argument("--step-seconds", type=float, default=0.05, help="simulated work")
     parser.add_argument("--fail-at", type=int, default=-1, help="raise at this step (demo)")
     return parser.parse_args(argv)
@@ -85,6 +90,7 @@ def heartbeat() -> None:
 @record_exceptions
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.checkpoint = Path(args.checkpoint.format(rank=os.environ.get("SLURM_PROCID", "0")))
     # Handlers only note the signal; the loop acts at a step boundary, never mid-update.
     for sig in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: _signals.append(signum))

@@ -1,76 +1,186 @@
-"""`make demo`: bring the dev cluster up and run one job under the wrapper, end to end.
+"""`make demo`: the local cluster end to end, in three scenarios.
 
-Shows the path a researcher's job takes: sbatch -> Prolog (slurm-triage-prolog) ->
-`srun slurm-triage wrap -- python ...` on two nodes -> Epilog / EpilogSlurmctld -> the
-outcome in Slurm's accounting (sacct).
+1. A 2-node `--requeue` training job under the wrapper, checkpointing, on node1 and node2;
+   XID 79 is injected on node2 mid-run. The wrapper ends the dead rank at once, the job is
+   attributed `gpu_unavailable` on node2, requeued with node2 excluded, node2 is drained
+   with our reason, and the job resumes from its checkpoint on node1 and node3.
+2. A user bug (KeyError) is recorded and not requeued.
+3. A node that keeps failing jobs is flagged as a lemon.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from slurm_triage.config import LoggingConfig
 from slurm_triage.devcluster import cluster
+from slurm_triage.devcluster.config_files import NODE_NAMES, ClusterLayout
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import setup_logging
-from slurm_triage.slurm import JobState, open_door
+from slurm_triage.simulate.estate import NodeEstate, inject
+from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, open_door
 
-TRAINER = """\
-import os, socket, time
-rank = os.environ.get("SLURM_PROCID", "?")
-print(f"rank {rank} on {os.environ.get('SLURMD_NODENAME')} "
-      f"GPUs {os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
-time.sleep(1)
-print(f"rank {rank} done", flush=True)
-"""
+T = TypeVar("T")
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _wait(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TriageError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+class Demo:
+    def __init__(self, layout: ClusterLayout) -> None:
+        self.layout = layout
+        self.env = cluster.client_env(layout)
+        self.door: SlurmDoor = open_door(env=self.env, timeout_s=20)
+        self.workdir = Path(tempfile.mkdtemp(prefix="triage-demo-", dir="/tmp"))
+        shutil.copy(EXAMPLES / "train.py", self.workdir / "train.py")
+
+    def reset(self) -> None:
+        for node in NODE_NAMES:
+            inject(NodeEstate(self.layout.simulate_root, node), "clear")
+            if self.door.node(node).drained:
+                self.door.resume(node)
+            self.door.set_node_comment(node, "")
+
+    def submit(self, name: str, body: str, *options: str) -> int:
+        script = self.workdir / f"{name}.sbatch"
+        script.write_text(
+            "#!/bin/bash\n"
+            + "".join(f"#SBATCH {o}\n" for o in options)
+            + f"#SBATCH -o {name}-%j.out --open-mode=append\n"
+            + body
+            + "\n"
+        )
+        out = subprocess.run(
+            ["sbatch", "--parsable", str(script)],
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if out.returncode != 0:
+            raise TriageError(f"sbatch failed: {out.stderr.strip()}")
+        return int(out.stdout.strip().split(";")[0])
+
+    def job(self, job_id: int) -> JobInfo:
+        return self.door.job(job_id)
+
+    def show(self, *argv: str) -> None:
+        subprocess.run(list(argv), env=self.env, timeout=60, check=False)
+
+    def finished(self, job_id: int, state: JobState, timeout_s: float = 180) -> JobInfo:
+        return _wait(
+            lambda: (j := self.job(job_id)).state is state and j,
+            timeout_s,
+            f"job {job_id} {state.value}",
+        )
+
+
+def scenario_gpu_lost(demo: Demo) -> None:
+    print("\n== 1. a GPU falls off the bus on node2 in the middle of a 2-node training job")
+    train = (
+        f"srun slurm-triage wrap -- {sys.executable} train.py --steps 400 "
+        "--checkpoint-every 20 --step-seconds 0.05 --checkpoint 'ckpt-rank{rank}.json'"
+    )
+    job_id = demo.submit("train", train, "-N2 --ntasks-per-node=1 --gres=gpu:8", "--requeue")
+    running = demo.finished(job_id, JobState.RUNNING, 60)
+    print(f"   job {job_id} running on {','.join(running.nodes)}; waiting for a checkpoint")
+    _wait(lambda: (demo.workdir / "ckpt-rank0.json").exists(), 60, "a checkpoint")
+    time.sleep(1.0)
+    bad = running.nodes[-1]
+    print(f"   injecting XID 79 on {bad} GPU 3 (slurm-triage inject --node {bad} xid=79)")
+    inject(NodeEstate(demo.layout.simulate_root, bad), "xid", 79, gpu=3)
+    injected = time.monotonic()
+    requeued = _wait(
+        lambda: (j := demo.job(job_id)).restart_count >= 1 and bad in j.excluded_nodes and j,
+        60,
+        "the requeue with exclusion",
+    )
+    print(
+        f"   {time.monotonic() - injected:.1f}s after the fault: job requeued "
+        f"(restart {requeued.restart_count}), excluding {','.join(requeued.excluded_nodes)}"
+    )
+    node = demo.door.node(bad)
+    print(f"   {bad}: {node.label}, reason: {node.reason}")
+    done = demo.finished(job_id, JobState.COMPLETED, 240)
+    print(f"   job {job_id} COMPLETED on {','.join(done.nodes)}; the trainer's log:")
+    out = (demo.workdir / f"train-{job_id}.out").read_text().splitlines()
+    for line in [x for x in out if "resum" in x.lower() or "slurm-triage" in x][:6] + out[-2:]:
+        print(f"     | {line}")
+    print(f"   $ slurm-triage history --job {job_id}")
+    demo.show("slurm-triage", "history", "--job", str(job_id))
+    time.sleep(1)
+    print(f"   $ sacct -j {job_id} -D -X -o JobID,State,ExitCode,NodeList,AdminComment%100")
+    demo.show(
+        "sacct",
+        "-j",
+        str(job_id),
+        "-D",
+        "-X",
+        "-o",
+        "JobID,State,ExitCode,NodeList,AdminComment%100",
+    )
+
+
+def scenario_user_bug(demo: Demo) -> None:
+    print("\n== 2. a user bug (KeyError) is recorded, not requeued")
+    bug = f"srun slurm-triage wrap -- {sys.executable} -c \"cfg = {{}}; cfg['learning_rate']\""
+    job_id = demo.submit("bug", bug, "-N1", "--requeue")
+    demo.finished(job_id, JobState.FAILED, 60)
+    time.sleep(2)
+    job = demo.job(job_id)
+    print(f"   job {job_id}: {job.state.value}, restarts {job.restart_count}")
+    demo.show("slurm-triage", "history", "--job", str(job_id))
+
+
+def scenario_lemon(demo: Demo) -> None:
+    print("\n== 3. a node that keeps failing jobs is flagged as a lemon")
+    estate = NodeEstate(demo.layout.simulate_root, "node3")
+    for n, xid in enumerate((48, 94, 74, 48), 1):
+        demo.reset()
+        job_id = demo.submit(
+            "lemon", "touch started-$SLURM_JOB_ID; sleep 2; exit 1", "-N1 -w node3", "--no-requeue"
+        )
+        _wait(lambda j=job_id: (demo.workdir / f"started-{j}").exists(), 60, "job start")
+        inject(estate, "xid", xid, gpu=n % 8)
+        demo.finished(job_id, JobState.FAILED, 60)
+        time.sleep(1.5)
+        print(
+            f"   failure {n}: job {job_id} on node3 with XID {xid}; node3: "
+            f"{demo.door.node('node3').reason}"
+        )
+    print("   $ slurm-triage lemons")
+    demo.show("slurm-triage", "lemons")
 
 
 def main() -> int:
     setup_logging(LoggingConfig(level="warning"))
     print("== bringing the dev cluster up (installs Slurm from apt on first use)")
-    layout = cluster.up()
-    env = cluster.client_env(layout)
-    workdir = Path(tempfile.mkdtemp(prefix="triage-demo-", dir="/tmp"))
-    (workdir / "train.py").write_text(TRAINER)
-    script = workdir / "job.sbatch"
-    script.write_text(
-        "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1 --gres=gpu:8 --requeue\n"
-        "#SBATCH --signal=B:USR1@60 -o slurm-%j.out\n"
-        f"srun slurm-triage wrap -- {sys.executable} train.py\n"
-    )
-    submitted = subprocess.run(
-        ["sbatch", "--parsable", str(script)],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if submitted.returncode != 0:
-        raise TriageError(f"sbatch failed: {submitted.stderr.strip()}")
-    job_id = int(submitted.stdout.strip().split(";")[0])
-    print(f"== submitted job {job_id} (2 nodes, wrapped trainer); waiting for it to finish")
-    door = open_door(env=env)
-    deadline = time.monotonic() + 120
-    while (job := door.job(job_id)).state is not JobState.COMPLETED:
-        if job.state.finished or time.monotonic() > deadline:
-            raise TriageError(f"job {job_id} ended {job.state.value}, expected COMPLETED")
-        time.sleep(0.5)
-    print(f"== job {job_id} COMPLETED on {','.join(job.nodes)}; its output:")
-    print((workdir / f"slurm-{job_id}.out").read_text(), end="")
-    print("== sacct:")
-    time.sleep(1)  # slurmctld sends the final record to slurmdbd asynchronously
-    subprocess.run(
-        ["sacct", "-j", str(job_id), "-o", "JobID,JobName,State,ExitCode,NodeList"],
-        env=env,
-        timeout=30,
-        check=False,
-    )
-    print(f"\nThe cluster stays up. Use it:  export SLURM_CONF={layout.slurm_conf}")
+    demo = Demo(cluster.up())
+    demo.reset()
+    try:
+        scenario_gpu_lost(demo)
+        demo.reset()
+        scenario_user_bug(demo)
+        scenario_lemon(demo)
+    finally:
+        demo.reset()
+    print(f'\nThe cluster stays up. Use it:  eval "$(slurm-triage devcluster env)"')
     print("Stop it:  slurm-triage devcluster down")
     return 0
 

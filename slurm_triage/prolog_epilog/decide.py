@@ -32,6 +32,8 @@ from slurm_triage.prolog_epilog import actuator, safe_files
 from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, hostlist, open_door
 from slurm_triage.taxonomy import Domain, info, parse_cause
 
+WINDOW_BEFORE_S = 600.0
+CLOCK_SLACK_S = 5.0
 _RUNNING_AGAIN = frozenset(
     {
         JobState.PENDING,
@@ -66,6 +68,9 @@ class Ending:
     exit_code: int
     exit_signal: int
     ended_at: float
+    # When the run that ended started: records older than this belong to earlier runs of a
+    # requeued job (same job id, same directory) and must not be read as this run's.
+    started_at: float | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str], now: float) -> Ending:
@@ -124,7 +129,9 @@ def wait_for_root_records(config: Config, ending: Ending) -> tuple[str, ...]:
         missing = [
             n
             for n in missing
-            if not safe_files.root_record_present(config.paths.evidence_dir, ending.job_id, n)
+            if not safe_files.root_record_present(
+                config.paths.evidence_dir, ending.job_id, n, ending.started_at
+            )
         ]
         if not missing or time.monotonic() >= deadline:
             break
@@ -165,8 +172,13 @@ def gather(
             signal=ending.exit_signal or None,
         ),
     ]
-    roots = safe_files.read_root_records(config.paths.evidence_dir, ending.job_id, ending.nodes)
-    users = safe_files.read_user_records(config.paths.evidence_dir, ending.job_id, ending.uid)
+    since = ending.started_at
+    roots = safe_files.read_root_records(
+        config.paths.evidence_dir, ending.job_id, ending.nodes, newer_than=since
+    )
+    users = safe_files.read_user_records(
+        config.paths.evidence_dir, ending.job_id, ending.uid, nodes=ending.nodes, newer_than=since
+    )
     for record in (*roots.records, *users.records):
         facts += record.facts
     if job is not None:
@@ -277,7 +289,14 @@ def decide(
     )
     requeued_by_slurm = state_text == "REQUEUED"
     if requeued_by_slurm:
-        ending = replace(ending, restart=max(0, job.restart_count - 1))
+        # Its next start may already be set; the window of the run that ended will do.
+        ending = replace(
+            ending,
+            restart=max(0, job.restart_count - 1),
+            started_at=ending.ended_at - WINDOW_BEFORE_S,
+        )
+    elif job.start_time is not None and job.start_time <= ending.ended_at:
+        ending = replace(ending, started_at=job.start_time - CLOCK_SLACK_S)
     log = get_logger(job_id=ending.job_id, restart=ending.restart)
     owner = f"{socket.gethostname()}:{os.getpid()}"
     if not journal.claim(ending.job_id, ending.restart, owner):

@@ -104,9 +104,13 @@ def read_user_records(
     uid: int,
     *,
     node: str | None = None,
+    nodes: tuple[str, ...] | None = None,
+    newer_than: float | None = None,
     cap: int = MAX_RECORD_BYTES,
 ) -> ReadResult:
-    """The wrapper's records for a job (all nodes, or one), every fact downgraded to USER."""
+    """The wrapper's records for a job (all nodes, one, or those of `nodes`), every fact
+    downgraded to USER. Records older than `newer_than` (an earlier run of a requeued job)
+    are skipped."""
     records: list[EvidenceRecord] = []
     rejected: list[str] = []
     try:
@@ -116,6 +120,10 @@ def read_user_records(
             for name in names:
                 match = _USER_NAME.match(name)
                 if not match or (node and match["node"] != node):
+                    continue
+                if nodes is not None and match["node"] not in nodes:
+                    continue
+                if _older(name, job_fd, newer_than):
                     continue
                 if len(records) >= MAX_RECORDS_PER_JOB:
                     rejected.append(f"{name}: more than {MAX_RECORDS_PER_JOB} records")
@@ -136,6 +144,16 @@ def read_user_records(
         rejected.append(f"{evidence_dir}/{job_id}: {exc}")
     _log_rejections(job_id, rejected)
     return ReadResult(tuple(records), tuple(rejected))
+
+
+def _older(name: str, dir_fd: int, newer_than: float | None) -> bool:
+    """Whether the entry was last written before `newer_than` (not following symlinks)."""
+    if newer_than is None:
+        return False
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime < newer_than
+    except OSError:
+        return False
 
 
 def _check_names(record: EvidenceRecord, job_id: int, node: str, name: str) -> None:
@@ -173,9 +191,14 @@ def read_user_tail(path: str, uid: int, max_bytes: int) -> bytes:
 
 
 def read_root_records(
-    evidence_dir: str, job_id: int, nodes: list[str] | tuple[str, ...], cap: int = MAX_RECORD_BYTES
+    evidence_dir: str,
+    job_id: int,
+    nodes: list[str] | tuple[str, ...],
+    cap: int = MAX_RECORD_BYTES,
+    newer_than: float | None = None,
 ) -> ReadResult:
-    """The epilogs' records for these nodes, trusted only from root's own area."""
+    """The epilogs' (and failed prologs') records for these nodes, trusted only from root's
+    own area; records older than `newer_than` (an earlier run) are skipped."""
     records: list[EvidenceRecord] = []
     rejected: list[str] = []
     try:
@@ -187,25 +210,12 @@ def read_root_records(
             _check_owner(area, ROOT_AREA, (0,))
             _check_owner(job_fd, f"{ROOT_AREA}/{job_id}", (0,))
             for node in nodes:
-                try:
-                    record = parse_record(
-                        _read_capped(f"{node}.json", job_fd, 0, cap), max_bytes=cap
-                    )
-                except UnsafeEvidence as exc:
-                    if "cannot open" not in str(exc):
-                        rejected.append(str(exc))
-                    continue
-                except EvidenceError as exc:
-                    rejected.append(f"{node}.json: {exc}")
-                    continue
-                if (
-                    record.collected_by is Source.ROOT
-                    and record.job_id == str(job_id)
-                    and record.node == node
-                ):
-                    records.append(record)
-                else:
-                    rejected.append(f"{node}.json: not a root record for job {job_id}/{node}")
+                for name in (f"{node}{suffix}" for suffix in ROOT_SUFFIXES):
+                    if _older(name, job_fd, newer_than):
+                        continue
+                    record = _root_record(name, job_fd, cap, job_id, node, rejected)
+                    if record is not None:
+                        records.append(record)
     except FileNotFoundError:
         pass
     except (UnsafeEvidence, OSError) as exc:
@@ -214,12 +224,33 @@ def read_root_records(
     return ReadResult(tuple(records), tuple(rejected))
 
 
-def root_record_present(evidence_dir: str, job_id: int, node: str) -> bool:
+def _root_record(
+    name: str, job_fd: int, cap: int, job_id: int, node: str, rejected: list[str]
+) -> EvidenceRecord | None:
+    try:
+        record = parse_record(_read_capped(name, job_fd, 0, cap), max_bytes=cap)
+    except UnsafeEvidence as exc:
+        if "cannot open" not in str(exc):
+            rejected.append(str(exc))
+        return None
+    except EvidenceError as exc:
+        rejected.append(f"{name}: {exc}")
+        return None
+    if record.collected_by is Source.ROOT and record.job_id == str(job_id) and record.node == node:
+        return record
+    rejected.append(f"{name}: not a root record for job {job_id}/{node}")
+    return None
+
+
+def root_record_present(
+    evidence_dir: str, job_id: int, node: str, newer_than: float | None = None
+) -> bool:
     path = os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}.json")
     try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
+        st = os.lstat(path)
     except OSError:
         return False
+    return stat.S_ISREG(st.st_mode) and (newer_than is None or st.st_mtime >= newer_than)
 
 
 def _ensure_root_dir(name: str, parent_fd: int) -> int:

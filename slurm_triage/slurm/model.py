@@ -123,6 +123,7 @@ class JobInfo:
     std_out: str = ""  # the batch script's output file, as slurmctld expanded it
     std_err: str = ""
     batch_host: str = ""
+    start_time: float | None = None  # epoch seconds this run started (None: not started)
 
 
 class NodeFlag(enum.StrEnum):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from slurm_triage.slurm import hostlist
@@ -164,6 +165,7 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
         std_out=_none_if_null(fields.get("StdOut")),
         std_err=_none_if_null(fields.get("StdErr")),
         batch_host=_none_if_null(fields.get("BatchHost")),
+        start_time=parse_timestamp(fields.get("StartTime")),
     )
 
 
@@ -242,6 +244,17 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
         partitions=tuple(str(p) for p in raw.get("partitions") or ()),
         comment=str(raw.get("comment") or ""),
     )
+
+
+def parse_timestamp(text: str | None) -> float | None:
+    """Slurm's local-time `2026-11-22T00:26:15` as epoch seconds; None for Unknown/None."""
+    value = _none_if_null(text).strip()
+    if not value or value == "Unknown":
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
 
 
 def parse_version(text: str) -> str:

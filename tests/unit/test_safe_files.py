@@ -158,3 +158,16 @@ def test_output_tail_is_read_safely(tmp_path: Path) -> None:
         safe_files.read_user_tail(str(tmp_path / "link.out"), USER, 100)
     with pytest.raises(safe_files.UnsafeEvidence, match="owned by uid"):
         safe_files.read_user_tail(str(out), USER + 1, 100)
+
+
+def test_records_of_earlier_runs_and_other_nodes_are_skipped(job_dir: Path) -> None:
+    """A requeued job reuses its directory: records older than this run's start, or of nodes
+    not in this run, are not this run's evidence."""
+    old = _write(job_dir / "node2.0.json", record())
+    os.utime(old, (time.time() - 600, time.time() - 600))
+    _write(job_dir / "node3.0.json", record(node="node3"))
+    result = safe_files.read_user_records(
+        str(job_dir.parent), 77, USER, nodes=("node1", "node2"), newer_than=time.time() - 60
+    )
+    assert result.records == () and result.rejected == ()
+    assert len(safe_files.read_user_records(str(job_dir.parent), 77, USER).records) == 2
