@@ -180,7 +180,7 @@ def main() -> int:
         scenario_lemon(demo)
     finally:
         demo.reset()
-    print(f'\nThe cluster stays up. Use it:  eval "$(slurm-triage devcluster env)"')
+    print('\nThe cluster stays up. Use it:  eval "$(slurm-triage devcluster env)"')
     print("Stop it:  slurm-triage devcluster down")
     return 0
 
