@@ -93,8 +93,10 @@ class Demo:
 
 def scenario_gpu_lost(demo: Demo) -> None:
     print("\n== 1. a GPU falls off the bus on node2 in the middle of a 2-node training job")
+    # --kill-on-bad-exit: when one rank dies the step ends; real ranks would otherwise sit in
+    # a collective until the NCCL timeout.
     train = (
-        f"srun slurm-triage wrap -- {sys.executable} train.py --steps 400 "
+        f"srun --kill-on-bad-exit=1 slurm-triage wrap -- {sys.executable} train.py --steps 400 "
         "--checkpoint-every 20 --step-seconds 0.05 --checkpoint 'ckpt-rank{rank}.json'"
     )
     job_id = demo.submit("train", train, "-N2 --ntasks-per-node=1 --gres=gpu:8", "--requeue")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from slurm_triage.logs import get_logger
 from slurm_triage.policies import Decision, Verdict
-from slurm_triage.slurm import SlurmDoor, SlurmError
+from slurm_triage.slurm import InvalidJobState, SlurmDoor, SlurmError
 
 DRAIN_PREFIX = "triage: "
 
@@ -103,11 +103,28 @@ def carry_out(
         if requeued and decision.begin_delay_s > 0:
             _step(errors, "begin_time", lambda: door.set_begin_time(job_id, decision.begin_delay_s))
     drained, skipped = _drain(door, decision.drain, drain_reason, errors)
-    summary = admin_comment(cause, blamed, decision, restart + (1 if requeued else 0))
-    _step(errors, "admin_comment", lambda: door.set_admin_comment(job_id, summary))
+    if cause != "completed":  # the large majority; the journal has them, Slurm needs no note
+        summary = admin_comment(cause, blamed, decision, restart + (1 if requeued else 0))
+        _comment(door, job_id, summary, requeued, errors)
     for error in errors:
         log.error("decision_step_failed", error=error)
     return Applied(requeued and not held, held, excluded, drained, skipped, tuple(errors))
+
+
+def _comment(door: SlurmDoor, job_id: int, summary: str, requeued: bool, errors: list[str]) -> None:
+    """The summary in AdminComment. Slurm refuses it once a job has fully finished (a job
+    left ended may be past COMPLETING by now): then the journal alone keeps the decision."""
+    try:
+        door.set_admin_comment(job_id, summary)
+    except InvalidJobState:
+        if requeued:
+            errors.append("admin_comment: job already finished")
+        else:
+            get_logger(job_id=job_id).info(
+                "decision_admin_comment_skipped", why="job already finished"
+            )
+    except SlurmError as exc:
+        errors.append(f"admin_comment: {exc}")
 
 
 def _drain(
