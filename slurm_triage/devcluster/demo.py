@@ -122,7 +122,9 @@ def scenario_gpu_lost(demo: Demo) -> None:
     done = demo.finished(job_id, JobState.COMPLETED, 240)
     print(f"   job {job_id} COMPLETED on {','.join(done.nodes)}; the trainer's log:")
     out = (demo.workdir / f"train-{job_id}.out").read_text().splitlines()
-    for line in [x for x in out if "resum" in x.lower() or "slurm-triage" in x][:6] + out[-2:]:
+    for line in [x for x in out if x.startswith("starting at") or "slurm-triage" in x][:6] + out[
+        -2:
+    ]:
         print(f"     | {line}")
     print(f"   $ slurm-triage history --job {job_id}")
     demo.show("slurm-triage", "history", "--job", str(job_id))
