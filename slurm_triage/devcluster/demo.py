@@ -84,11 +84,11 @@ class Demo:
         subprocess.run(list(argv), env=self.env, timeout=60, check=False)
 
     def finished(self, job_id: int, state: JobState, timeout_s: float = 180) -> JobInfo:
-        return _wait(
-            lambda: (j := self.job(job_id)).state is state and j,
-            timeout_s,
-            f"job {job_id} {state.value}",
-        )
+        def reached() -> JobInfo | None:
+            job = self.job(job_id)
+            return job if job.state is state else None
+
+        return _wait(reached, timeout_s, f"job {job_id} {state.value}")
 
 
 def scenario_gpu_lost(demo: Demo) -> None:
@@ -108,11 +108,12 @@ def scenario_gpu_lost(demo: Demo) -> None:
     print(f"   injecting XID 79 on {bad} GPU 3 (slurm-triage inject --node {bad} xid=79)")
     inject(NodeEstate(demo.layout.simulate_root, bad), "xid", 79, gpu=3)
     injected = time.monotonic()
-    requeued = _wait(
-        lambda: (j := demo.job(job_id)).restart_count >= 1 and bad in j.excluded_nodes and j,
-        60,
-        "the requeue with exclusion",
-    )
+
+    def requeued_without_bad() -> JobInfo | None:
+        job = demo.job(job_id)
+        return job if job.restart_count >= 1 and bad in job.excluded_nodes else None
+
+    requeued = _wait(requeued_without_bad, 60, "the requeue with exclusion")
     print(
         f"   {time.monotonic() - injected:.1f}s after the fault: job requeued "
         f"(restart {requeued.restart_count}), excluding {','.join(requeued.excluded_nodes)}"
@@ -160,7 +161,8 @@ def scenario_lemon(demo: Demo) -> None:
         job_id = demo.submit(
             "lemon", "touch started-$SLURM_JOB_ID; sleep 2; exit 1", "-N1 -w node3", "--no-requeue"
         )
-        _wait(lambda j=job_id: (demo.workdir / f"started-{j}").exists(), 60, "job start")
+        started = demo.workdir / f"started-{job_id}"
+        _wait(started.exists, 60, "job start")
         inject(estate, "xid", xid, gpu=n % 8)
         demo.finished(job_id, JobState.FAILED, 60)
         time.sleep(1.5)
