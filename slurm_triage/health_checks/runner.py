@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_triage.config import Config, HealthConfig
+from slurm_triage.deadline import CallTimedOut, call_with_deadline
 from slurm_triage.health_checks import gpu, infiniband, kernel_log, mounts
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
@@ -127,26 +127,18 @@ class FactSources:
         return value
 
     def _read_bounded(self, source: str) -> Any:
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = self._readers[source]()
-            except Exception as exc:  # reported as the checks' UNKNOWN reason
-                box["error"] = f"{type(exc).__name__}: {exc}"
-
-        # mounts forks its own killable children, so it runs in this thread.
-        if source == "mounts":
-            target()
-        else:
-            worker = threading.Thread(target=target, name=f"facts-{source}", daemon=True)
-            worker.start()
-            worker.join(self._timeout_s)
-            if worker.is_alive():
-                return FactError(f"reading {source} facts timed out after {self._timeout_s:g}s")
-        if "error" in box:
-            return FactError(f"reading {source} facts failed: {box['error'][:200]}")
-        return box["value"]
+        reader = self._readers[source]
+        try:
+            # mounts forks its own killable children, so it runs in this thread.
+            if source == "mounts":
+                return reader()
+            return call_with_deadline(reader, self._timeout_s, f"facts-{source}")
+        except CallTimedOut:
+            return FactError(f"reading {source} facts timed out after {self._timeout_s:g}s")
+        except Exception as exc:  # reported as the checks' UNKNOWN reason
+            return FactError(
+                f"reading {source} facts failed: {type(exc).__name__}: {str(exc)[:200]}"
+            )
 
     def cached(self, source: str) -> Any | None:
         value = self._cache.get(source)

@@ -8,10 +8,10 @@ thread that the caller stops waiting for at the deadline.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from slurm_triage.deadline import CallTimedOut, call_with_deadline
 from slurm_triage.slurm import hostlist
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
@@ -61,22 +61,12 @@ class PyslurmDoor(SlurmDoor):
         self._timeout_s = timeout_s
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = fn()
-            except BaseException as exc:  # handed to the caller's thread below
-                box["error"] = exc
-
-        worker = threading.Thread(target=target, name=f"pyslurm-{what}", daemon=True)
-        worker.start()
-        worker.join(self._timeout_s)
-        if worker.is_alive():
-            raise SlurmTimeout(f"pyslurm {what} did not finish within {self._timeout_s:g}s")
-        if "error" in box:
-            raise self._translate(what, box["error"])
-        return box["value"]  # type: ignore[no-any-return]
+        try:
+            return call_with_deadline(fn, self._timeout_s, f"pyslurm {what}")
+        except CallTimedOut as exc:
+            raise SlurmTimeout(str(exc)) from None
+        except Exception as exc:
+            raise self._translate(what, exc) from None
 
     def _translate(self, what: str, exc: BaseException) -> SlurmError:
         if isinstance(exc, SlurmError):
@@ -90,49 +80,15 @@ class PyslurmDoor(SlurmDoor):
 
     def job(self, job_id: int) -> JobInfo:
         raw = self._call("job", lambda: self._ps.Job.load(job_id))
-        return JobInfo(
-            job_id=job_id,
-            state=JobState.parse(raw.state),
-            state_reason=raw.state_reason or "",
-            exit_code=raw.exit_code or 0,
-            exit_signal=raw.exit_code_signal or 0,
-            nodes=tuple(hostlist.expand(raw.nodes or "")),
-            excluded_nodes=tuple(hostlist.expand(",".join(raw.excluded_nodes or []))),
-            restart_count=raw.requeue_count or 0,
-            requeue=bool(raw.is_requeueable),
-            batch=bool(raw.is_batch_job),
-            user=raw.user_name or "",
-            uid=raw.user_id,
-            partition=raw.partition or "",
-            num_nodes=raw.num_nodes or 0,
-            time_limit_min=raw.time_limit,
-            admin_comment=raw.admin_comment or "",
-            comment=raw.comment or "",
-            source="pyslurm",
+        excluded = tuple(hostlist.expand(",".join(raw.excluded_nodes or [])))
+        return _job(
+            job_id, raw, "pyslurm", excluded, bool(raw.is_requeueable), bool(raw.is_batch_job)
         )
 
     def accounted_job(self, job_id: int) -> JobInfo:
         raw = self._call("accounted_job", lambda: self._ps.db.Job.load(job_id))
-        return JobInfo(
-            job_id=job_id,
-            state=JobState.parse(raw.state),
-            state_reason=raw.state_reason or "",
-            exit_code=raw.exit_code or 0,
-            exit_signal=raw.exit_code_signal or 0,
-            nodes=tuple(hostlist.expand(raw.nodes or "")),
-            excluded_nodes=(),
-            restart_count=raw.requeue_count or 0,
-            requeue=False,
-            batch=True,
-            user=raw.user_name or "",
-            uid=raw.user_id,
-            partition=raw.partition or "",
-            num_nodes=raw.num_nodes or 0,
-            time_limit_min=raw.time_limit,
-            admin_comment=raw.admin_comment or "",
-            comment=raw.comment or "",
-            source="pyslurm-db",
-        )
+        # Accounting keeps neither the exclusions nor the requeue flag.
+        return _job(job_id, raw, "pyslurm-db", (), False, True)
 
     def nodes(self, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
         loaded = self._call("nodes", self._ps.Nodes.load)
@@ -178,6 +134,31 @@ class PyslurmDoor(SlurmDoor):
 
     def slurm_version(self) -> str:
         return ".".join(str(p) for p in self._ps.__version__.split(".")[:2])
+
+
+def _job(
+    job_id: int, raw: Any, source: str, excluded: tuple[str, ...], requeue: bool, batch: bool
+) -> JobInfo:
+    return JobInfo(
+        job_id=job_id,
+        state=JobState.parse(raw.state),
+        state_reason=raw.state_reason or "",
+        exit_code=raw.exit_code or 0,
+        exit_signal=raw.exit_code_signal or 0,
+        nodes=tuple(hostlist.expand(raw.nodes or "")),
+        excluded_nodes=excluded,
+        restart_count=raw.requeue_count or 0,
+        requeue=requeue,
+        batch=batch,
+        user=raw.user_name or "",
+        uid=raw.user_id,
+        partition=raw.partition or "",
+        num_nodes=raw.num_nodes or 0,
+        time_limit_min=raw.time_limit,
+        admin_comment=raw.admin_comment or "",
+        comment=raw.comment or "",
+        source=source,
+    )
 
 
 def _node(raw: Any) -> NodeInfo:
