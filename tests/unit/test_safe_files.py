@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -171,3 +172,34 @@ def test_records_of_earlier_runs_and_other_nodes_are_skipped(job_dir: Path) -> N
     )
     assert result.records == () and result.rejected == ()
     assert len(safe_files.read_user_records(str(job_dir.parent), 77, USER).records) == 2
+
+
+def test_device_node_and_records_blaming_every_node_drain_nothing(job_dir: Path) -> None:
+    """A device node posing as a record is refused; a user record claiming XIDs on every
+    node of the cluster is read as the user's evidence only (it can never drain)."""
+    os.mknod(job_dir / "node1.0.json", 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+    os.chown(job_dir / "node1.0.json", USER, USER)
+    facts = tuple(
+        KernelEvent(
+            node=f"node{i}",
+            time=time.time(),
+            source=Source.ROOT,
+            event=KernelEventKind.XID,
+            xid=79,
+            pci_bus_id="0000:5d:00",
+        )
+        for i in range(1, 2001)
+    )
+    data = record_to_json(
+        EvidenceRecord(
+            job_id="77", node="node2", step="0", collected_by=Source.ROOT, facts=facts[:900]
+        )
+    )
+    _write(job_dir / "node2.0.json", data)
+    result = safe_files.read_user_records(str(job_dir.parent), 77, USER)
+    assert any("not a regular file" in r for r in result.rejected)
+    (rec,) = result.records
+    from slurm_triage.attribution import attribute
+
+    verdict = attribute(rec.facts)
+    assert not verdict.root_backed
