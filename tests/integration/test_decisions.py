@@ -189,19 +189,20 @@ def test_hostile_records_drain_nothing(devcluster, door) -> None:  # type: ignor
         ],
     }
     template = json.dumps(fake).replace('"', '\\"')
+    # All named for node1, the job's node: records for nodes outside the run are not read.
     script = (
         f"d={evidence}/$SLURM_JOB_ID; mkdir -p $d; "
         f"ln -s /etc/shadow $d/node1.0.json; "
-        f"head -c 3000000 /dev/zero > $d/node3.0.json; "
-        f'echo "{template}" | sed "s/{{job}}/99999/; s/{{node}}/node2/g" > $d/node2.0.json; '
-        f'echo "{template}" | sed "s/{{job}}/$SLURM_JOB_ID/; s/{{node}}/node3/g" '
-        f"> $d/node3.1.json; exit 1"
+        f"head -c 3000000 /dev/zero > $d/node1.1.json; "
+        f'echo "{template}" | sed "s/{{job}}/99999/; s/{{node}}/node1/g" > $d/node1.2.json; '
+        f'echo "{template}" | sed "s/{{job}}/$SLURM_JOB_ID/; s/{{node}}/node1/g" '
+        f"> $d/node1.3.json; exit 1"
     )
     job_id = sbatch(devcluster, "--requeue", "-N1", "-w", "node1", "--wrap", script)
     decision = _decision(devcluster, job_id)
     assert decision.drained == ()
     assert not any(door.node(n).drained for n in NODES)
-    assert decision.blamed == ("node3",) and decision.excluded == ("node3",)
+    assert decision.blamed == ("node1",) and decision.excluded == ("node1",)
     log = (devcluster.log / "slurm-triage.log").read_text()
     rejected = [
         json.loads(x)["detail"]
