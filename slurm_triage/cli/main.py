@@ -40,7 +40,8 @@ operators and researchers."""
 EPILOG = """\
 configuration: /etc/slurm-triage/config.toml, or the file named by $SLURM_TRIAGE_CONFIG
 or --config; single keys can be overridden with SLURM_TRIAGE__<SECTION>__<KEY>=value.
-exit status: 0 success, 2 bad input or configuration, 3 Slurm unreachable or failing."""
+exit status: 0 success, 1 `check` found a failure, 2 bad input or configuration,
+3 Slurm unreachable or failing, 4 the journal unusable."""
 
 
 class Context:
