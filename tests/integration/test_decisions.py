@@ -55,12 +55,19 @@ def _decision(layout, job_id: int, restart: int = 0, timeout: float = 60):  # ty
     return wait_for(found, timeout, f"decision for job {job_id} run {restart}")
 
 
-STARTED = "touch /tmp/triage-started-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}; "
+def started(layout) -> str:  # type: ignore[no-untyped-def]
+    """Shell that notes the job's script has started. Job ids restart at 1 on a new
+    cluster, so the marker lives in the cluster's own directory (removed by `down`), never
+    in /tmp where an earlier cluster's could linger."""
+    markers = layout.root / "markers"
+    return (
+        f"mkdir -p {markers}; touch {markers}/started-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}; "
+    )
 
 
-def _running(door, job_id: int):  # type: ignore[no-untyped-def]
+def _running(door, layout, job_id: int):  # type: ignore[no-untyped-def]
     """The job's script has started (RUNNING shows while the Prolog still runs)."""
-    marker = f"/tmp/triage-started-{job_id}-0"
+    marker = f"{layout.root}/markers/started-{job_id}-0"
     wait_for(lambda: os.path.exists(marker), 60, f"job {job_id} script started")
     return door.job(job_id)
 
@@ -68,8 +75,10 @@ def _running(door, job_id: int):  # type: ignore[no-untyped-def]
 def test_gpu_lost_mid_run_requeues_elsewhere_and_drains(devcluster, door) -> None:  # type: ignore[no-untyped-def]
     """XID 79 on one node of a running 2-node job: attributed gpu_unavailable on that node,
     requeued with it excluded, drained with our reason, and the job completes elsewhere."""
-    job_id = sbatch(devcluster, "--requeue", "-N2", "--wrap", RESUMES + STARTED + "sleep 3; exit 1")
-    bad = _running(door, job_id).nodes[-1]
+    job_id = sbatch(
+        devcluster, "--requeue", "-N2", "--wrap", RESUMES + started(devcluster) + "sleep 3; exit 1"
+    )
+    bad = _running(door, devcluster, job_id).nodes[-1]
     _inject(devcluster, bad, "xid=79", gpu=3)
     decision = _decision(devcluster, job_id)
     assert (decision.cause, decision.blamed, decision.action) == (
@@ -119,8 +128,10 @@ def test_unknown_failure_requeued_once_then_held(devcluster, door) -> None:  # t
 
 def test_exclusion_that_cannot_fit_is_dropped(devcluster, door) -> None:  # type: ignore[no-untyped-def]
     """A 3-node job on the 3-node cluster is requeued without excluding the bad node."""
-    job_id = sbatch(devcluster, "--requeue", "-N3", "--wrap", STARTED + "sleep 3; exit 1")
-    _running(door, job_id)
+    job_id = sbatch(
+        devcluster, "--requeue", "-N3", "--wrap", started(devcluster) + "sleep 3; exit 1"
+    )
+    _running(door, devcluster, job_id)
     _inject(devcluster, "node2", "xid=79", gpu=1)
     decision = _decision(devcluster, job_id)
     assert decision.action == "requeue" and decision.excluded == ()
@@ -132,9 +143,15 @@ def test_exclusion_that_cannot_fit_is_dropped(devcluster, door) -> None:  # type
 def test_admin_drain_is_not_overridden(devcluster, door) -> None:  # type: ignore[no-untyped-def]
     """A node an admin drained keeps the admin's reason when a job on it fails."""
     job_id = sbatch(
-        devcluster, "--no-requeue", "-N1", "-w", "node3", "--wrap", STARTED + "sleep 3; exit 1"
+        devcluster,
+        "--no-requeue",
+        "-N1",
+        "-w",
+        "node3",
+        "--wrap",
+        started(devcluster) + "sleep 3; exit 1",
     )
-    _running(door, job_id)
+    _running(door, devcluster, job_id)
     door.drain("node3", "admin: PSU swap ticket 981")
     _inject(devcluster, "node3", "xid=48", gpu=2)
     decision = _decision(devcluster, job_id)
@@ -226,9 +243,15 @@ def test_a_node_that_keeps_failing_jobs_is_a_lemon(devcluster, door) -> None:  #
         ]
     )
     job_id = sbatch(
-        devcluster, "--no-requeue", "-N1", "-w", "node3", "--wrap", STARTED + "sleep 2; exit 1"
+        devcluster,
+        "--no-requeue",
+        "-N1",
+        "-w",
+        "node3",
+        "--wrap",
+        started(devcluster) + "sleep 2; exit 1",
     )
-    _running(door, job_id)
+    _running(door, devcluster, job_id)
     _inject(devcluster, "node3", "xid=94", gpu=0)
     decision = _decision(devcluster, job_id)
     assert decision.drained == ("node3",)
