@@ -62,8 +62,6 @@ def _nvml_form(sysfs_bdf: str) -> str:
 def _nvml_unusable(check: str, facts: NvmlFacts) -> CheckResult | None:
     if facts.init_error is None:
         return None
-    if check == "gpu.count":
-        return None
     return unknown(check, f"NVML unavailable: {facts.init_error}", error=facts.init_error)
 
 

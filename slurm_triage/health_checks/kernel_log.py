@@ -14,8 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from slurm_triage.attribution.kernel import parse_kernel_lines
-from slurm_triage.attribution.logscan import decode_tail, read_tail
+from slurm_triage.attribution.kernel import parse_kernel_file, parse_kernel_lines
 from slurm_triage.attribution.xid import NodeAction, lookup
 from slurm_triage.config import HealthConfig
 from slurm_triage.evidence import KernelEvent, KernelEventKind
@@ -37,8 +36,7 @@ def read_kernel_events(path: str, node: str | None) -> list[KernelEvent]:
     if os.path.basename(path) == "kmsg" and path.startswith("/dev/"):
         boot_time = time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)
         return parse_kernel_lines(_read_kmsg(path), node=node, boot_time=boot_time)
-    data, whole = read_tail(path, TAIL_BYTES)
-    return parse_kernel_lines(decode_tail(data, whole_file=whole), node=node)
+    return parse_kernel_file(path, node=node, tail_bytes=TAIL_BYTES)
 
 
 def _read_kmsg(path: str) -> list[str]:

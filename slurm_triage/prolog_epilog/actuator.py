@@ -15,8 +15,6 @@ from slurm_triage.logs import get_logger
 from slurm_triage.policies import Decision, Verdict
 from slurm_triage.slurm import InvalidJobState, SlurmDoor, SlurmError
 
-DRAIN_PREFIX = "triage: "
-
 
 @dataclass(frozen=True)
 class Applied:

@@ -23,6 +23,7 @@ from slurm_triage.evidence import (
     fact_to_dict,
     parse_job_state,
 )
+from slurm_triage.health_checks.actions import DRAIN_PREFIX
 from slurm_triage.journal import Journal, JournalError, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.policies import Decision, JobView, PastDecision, PolicyInput, default_chain
@@ -236,20 +237,26 @@ def node_blame(attribution: Attribution) -> tuple[str, ...]:
     return attribution.nodes if node_fault and attribution.root_backed else ()
 
 
-def _node_events(
-    ending: Ending, attribution: Attribution, decision: Decision, applied: actuator.Applied
-) -> list[NodeEvent]:
+def _blamed_events(ending: Ending, attribution: Attribution, now: float) -> list[NodeEvent]:
+    """This job end's `blamed` events, as recorded in the journal and judged for lemons."""
     multi = len(ending.nodes) > 1
-    now = time.time()
     xids = {
         f.node: f.xid
         for f in attribution.evidence
         if isinstance(f, KernelEvent) and f.xid is not None
     }
-    events = [
+    return [
         NodeEvent(n, ending.job_id, now, "blamed", attribution.cause.value, xids.get(n), multi)
         for n in node_blame(attribution)
     ]
+
+
+def _node_events(
+    ending: Ending, attribution: Attribution, decision: Decision, applied: actuator.Applied
+) -> list[NodeEvent]:
+    multi = len(ending.nodes) > 1
+    now = time.time()
+    events = _blamed_events(ending, attribution, now)
     events += [
         NodeEvent(n, ending.job_id, now, "excluded", None, None, multi)
         for n in applied.excluded or (decision.exclude if applied.dry_run else ())
@@ -264,12 +271,9 @@ def _node_events(
 def _lemons(
     journal: Journal, config: Config, ending: Ending, attribution: Attribution
 ) -> dict[str, str]:
-    since = time.time() - config.policy.lemon_window_days * 86400
-    multi = len(ending.nodes) > 1
-    current = [
-        NodeEvent(n, ending.job_id, time.time(), "blamed", attribution.cause.value, None, multi)
-        for n in node_blame(attribution)
-    ]
+    now = time.time()
+    since = now - config.policy.lemon_window_days * 86400
+    current = _blamed_events(ending, attribution, now)
     signals = node_signals([*journal.node_events(since), *current], config.policy)
     return {n: "; ".join(s.reasons) for n, s in signals.items() if s.lemon and n in ending.nodes}
 
@@ -321,10 +325,7 @@ def decide(
         lemon_reasons=lemons,
     )
     decision = default_chain(config.policy)(given)
-    reason = (
-        f"{actuator.DRAIN_PREFIX}{attribution.cause.value} job={ending.job_id}: "
-        f"{attribution.reason}"
-    )
+    reason = f"{DRAIN_PREFIX}{attribution.cause.value} job={ending.job_id}: {attribution.reason}"
     applied = actuator.carry_out(
         door,
         ending.job_id,

@@ -73,7 +73,9 @@ def _check_owner(fd: int, name: str, owners: tuple[int, ...], shared_ok: bool = 
         raise UnsafeEvidence(f"{name}: writable by group or others")
 
 
-def _read_capped(name: str, dir_fd: int, owner: int, cap: int) -> bytes:
+def _open_owned(name: str, owner: int, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
+    """An fd on a regular file owned by `owner`: never via a symlink, never blocking on a
+    FIFO. The caller closes the fd."""
     try:
         fd = os.open(
             name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -88,6 +90,15 @@ def _read_capped(name: str, dir_fd: int, owner: int, cap: int) -> bytes:
             raise UnsafeEvidence(f"{name}: not a regular file")
         if st.st_uid != owner:
             raise UnsafeEvidence(f"{name}: owned by uid {st.st_uid}, not the job's {owner}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_capped(name: str, dir_fd: int, owner: int, cap: int) -> bytes:
+    fd, st = _open_owned(name, owner, dir_fd)
+    try:
         if st.st_size > cap:
             raise UnsafeEvidence(f"{name}: {st.st_size} bytes, over the {cap} cap")
         data = os.read(fd, cap + 1)
@@ -171,23 +182,14 @@ def _log_rejections(job_id: int, rejected: list[str]) -> None:
 
 def read_user_tail(path: str, uid: int, max_bytes: int) -> bytes:
     """The tail of a job's output file: not via a symlink, a regular file of the job's user."""
-    fd = None
+    fd, st = _open_owned(path, uid)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeEvidence(f"{path}: not a regular file")
-        if st.st_uid != uid:
-            raise UnsafeEvidence(f"{path}: owned by uid {st.st_uid}, not the job's {uid}")
         os.lseek(fd, max(0, st.st_size - max_bytes), os.SEEK_SET)
         return os.read(fd, max_bytes)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafeEvidence(f"{path}: is a symlink") from None
-        raise UnsafeEvidence(f"{path}: cannot open: {exc.strerror}") from None
+        raise UnsafeEvidence(f"{path}: cannot read: {exc.strerror}") from None
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def read_root_records(
