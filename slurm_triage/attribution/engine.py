@@ -17,11 +17,18 @@ The taxonomy's five rules, in the order they apply:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slurm_triage.attribution.findings import FALLBACK, ROOT_HW, SYMPTOM, Finding, findings_for
-from slurm_triage.evidence import Fact, ProcessExit, SlurmState, fact_to_dict
+from slurm_triage.evidence import (
+    Fact,
+    LogHit,
+    ProcessExit,
+    RootException,
+    SlurmState,
+    fact_to_dict,
+)
 from slurm_triage.evidence.facts import JobState
 from slurm_triage.taxonomy import Action, Cause, Condition, Domain, info
 
@@ -90,7 +97,9 @@ class Attribution:
 
 def attribute(facts: Iterable[Fact], *, window: Window | None = None) -> Attribution:
     """Attribute one cause to the job these facts describe (see the module doc for rules)."""
-    kept = [f for f in facts if window is None or f.time is None or window.contains(f.time)]
+    kept = _named_nodes(
+        [f for f in facts if window is None or f.time is None or window.contains(f.time)]
+    )
     completed = _completed(kept)
     if completed is not None:
         return completed
@@ -106,6 +115,40 @@ def attribute(facts: Iterable[Fact], *, window: Window | None = None) -> Attribu
     if winner.cause is Cause.UNKNOWN:
         return _unknown(kept, [f for f in found if f.cause is Cause.UNKNOWN])
     return _verdict(winner, per_node, found)
+
+
+def _named_nodes(facts: list[Fact]) -> list[Fact]:
+    """One spelling per node, and a node for a root exception known only by its rank.
+
+    srun, slurmstepd, NCCL and torchrun print host names in their own case; a node is named
+    as Slurm (records, kernel logs, NVML) names it, else in lower case. A `[rank3]:` traceback
+    from a merged batch log names no node: the wrapper's record of rank 3 does.
+    """
+    spellings: dict[str, set[str]] = {}
+    trusted: dict[str, set[str]] = {}
+    ranks: dict[int, set[str]] = {}
+    for f in facts:
+        if f.node is None:
+            continue
+        key = f.node.lower()
+        spellings.setdefault(key, set()).add(f.node)
+        if not isinstance(f, LogHit | RootException):
+            trusted.setdefault(key, set()).add(f.node)
+        elif isinstance(f, RootException) and f.rank is not None:
+            ranks.setdefault(f.rank, set()).add(key)
+    name = {
+        key: min(trusted.get(key) or (names if len(names) == 1 else {key}))
+        for key, names in spellings.items()
+    }
+    out = []
+    for f in facts:
+        node = f.node
+        if node is None and isinstance(f, RootException) and f.rank is not None:
+            known = ranks.get(f.rank, set())
+            node = next(iter(known)) if len(known) == 1 else None
+        node = name[node.lower()] if node is not None else None
+        out.append(f if node == f.node else replace(f, node=node))
+    return out
 
 
 def _node_rank(f: Finding) -> tuple[int, bool, int, float, float, str, str]:

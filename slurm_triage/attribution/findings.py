@@ -280,6 +280,7 @@ def _default_role(cause: Cause) -> Role:
 
 
 _ROLE_CONFIDENCE = {
+    Role.EXIT: 0.2,
     Role.SCHEDULER: 0.85,
     Role.INFRA: 0.7,
     Role.ERROR: 0.8,
@@ -295,7 +296,9 @@ def _log_hit(fact: LogHit, index: int) -> list[Finding]:
         return []
     precedence = sig.precedence if sig else PRECEDENCE.get(cause, 0)
     times = f" ({fact.count}x)" if fact.count > 1 else ""
-    # slurmstepd prints its banner on the batch host, which is not the node it is about.
+    # slurmstepd prints its banner on the batch host, which is not the node it is about;
+    # a Slurm line that names its node (`srun: error: Node failure on node3`) is about it.
+    names_node = sig is not None and "host" in sig.pattern.groupindex
     return [
         Finding(
             cause,
@@ -305,7 +308,7 @@ def _log_hit(fact: LogHit, index: int) -> list[Finding]:
             index,
             f"log: {fact.signature}{times}: {fact.excerpt[:160]}",
             precedence,
-            job_wide=role is Role.SCHEDULER,
+            job_wide=role is Role.SCHEDULER and not names_node,
         )
     ]
 

@@ -19,6 +19,7 @@ import stat
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
+from slurm_triage import hostlist
 from slurm_triage.attribution import matcher, tracebacks
 from slurm_triage.errors import TriageError
 from slurm_triage.evidence import Fact, LogHit, RootException, Source
@@ -32,6 +33,8 @@ _ISO = re.compile(
 )
 _GLOG = re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
 _TIME_LOOKBACK = 3
+# A hostlist in one line names at most this many nodes (the biggest jobs have a few thousand).
+MAX_NAMED_NODES = 16384
 
 
 class LogReadError(TriageError):
@@ -129,23 +132,73 @@ def _hits(
 ) -> list[LogHit]:
     text = "\n".join(lines)
     starts = _line_starts(lines)
+    tasks = task_hosts(lines)
     found: dict[tuple[str, str | None], LogHit] = {}
     for start, sig, match in matcher.scan_text(text):
         line = match.string
         index = _index_of(starts, start)
-        where = _short_host(match.groupdict().get("host")) or node
-        key = (sig.name, where)
-        count = found[key].count + 1 if key in found else 1
-        found[key] = LogHit(
-            node=where,
-            time=_time_near(lines, index, year, tz),
-            source=source,
-            signature=sig.name,
-            cause=sig.cause,
-            excerpt=_excerpt(line, match),
-            count=count,
-        )
+        named = match.groupdict().get("host")
+        for where in _hosts(named) if named else (_line_node(lines[index], tasks, node),):
+            key = (sig.name, where)
+            count = found[key].count + 1 if key in found else 1
+            found[key] = LogHit(
+                node=where,
+                time=_time_near(lines, index, year, tz),
+                source=source,
+                signature=sig.name,
+                cause=sig.cause,
+                excerpt=_excerpt(line, match),
+                count=count,
+            )
     return sorted(found.values(), key=lambda h: (h.signature, h.node or ""))
+
+
+_SRUN_TASKS = re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+): ")
+MAX_TASK_IDS = 65536
+
+
+def task_hosts(lines: list[str]) -> dict[str, str]:
+    """Task id → node, from srun's own lines (`srun: error: node2: task 1: Exited ...`): the
+    only place a merged batch log says where `[rank1]:` or `1: ` lines came from."""
+    hosts: dict[str, str] = {}
+    for line in lines:
+        if not line.startswith("srun: error: "):
+            continue
+        found = _SRUN_TASKS.match(line)
+        if found is None:
+            continue
+        host = _short_host(found.group(1))
+        for task in _task_ids(found.group(2)):
+            hosts.setdefault(str(task), host or "")
+    return {task: host for task, host in hosts.items() if host}
+
+
+def _task_ids(text: str) -> list[int]:
+    ids: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            return []
+        low, high = int(first), int(last or first)
+        if high < low or len(ids) + high - low >= MAX_TASK_IDS:
+            return []
+        ids.extend(range(low, high + 1))
+    return ids
+
+
+def _line_node(line: str, tasks: dict[str, str], node: str | None) -> str | None:
+    """A `[rank3]:`-prefixed line was written by task 3: its node if srun named it."""
+    rank = tracebacks.split_prefix(line)[0]
+    return tasks.get(rank, node) if rank else node
+
+
+def _hosts(text: str) -> list[str]:
+    """A host group's node names: one name, or a Slurm hostlist (`node[03-04]`)."""
+    try:
+        names = hostlist.expand(text) if "[" in text or "," in text else [text]
+    except hostlist.HostlistError:
+        names = [text]
+    return [n for n in (_short_host(name) for name in names[:MAX_NAMED_NODES]) if n]
 
 
 def _root_fact(
@@ -162,8 +215,9 @@ def _root_fact(
     if when is None and 0 <= root.exc.header < len(lines):
         # A traceback has no time of its own; the log line just before it usually has.
         when = _time_near(lines, root.exc.header, year, tz)
+    rank_node = task_hosts(lines).get(str(root.rank)) if root.rank is not None else None
     return RootException(
-        node=node or _short_host(root.host),
+        node=_short_host(root.host) or rank_node or node,
         time=when,
         source=source,
         exc_type=root.exc.exc_type[:200],
@@ -234,4 +288,4 @@ def _excerpt(line: str, match: re.Match[str]) -> str:
 
 def _short_host(host: str | None) -> str | None:
     """Slurm node names are short: `node02.cluster.local` → `node02`."""
-    return host.split(".", 1)[0] if host else None
+    return host.split(".", 1)[0] or None if host else None

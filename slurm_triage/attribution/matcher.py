@@ -136,14 +136,22 @@ def scan_text(text: str) -> list[tuple[int, Signature, re.Match[str]]]:
     return out
 
 
+# A program that cannot load its own code or libraries fails wherever it runs: the user's
+# environment, never the node's (a requeue would fail the same way).
+_ENVIRONMENT_TYPES = frozenset({"ImportError", "ModuleNotFoundError"})
+_ENVIRONMENT_MESSAGES = ("cannot open shared object file", "undefined symbol: ")
+
+
 def classify_exception(exc_type: str, message: str) -> tuple[Cause, Role, str]:
     """(cause, role, why) for a root exception: its message's signature, else its type."""
+    short = exc_type.rsplit(".", 1)[-1]
+    if short in _ENVIRONMENT_TYPES or any(m in message for m in _ENVIRONMENT_MESSAGES):
+        return Cause.USER_CODE, Role.ERROR, "environment: cannot load code or library"
     best: Signature | None = None
     for sig, _ in match_line(f"{exc_type}: {message}"):
         if best is None or (sig.role, sig.precedence) > (best.role, best.precedence):
             best = sig
     if best is not None:
         return best.cause, best.role, best.name
-    short = exc_type.rsplit(".", 1)[-1]
     cause, role = EXCEPTION_TYPES.get(short, (Cause.USER_CODE, Role.ERROR))
     return cause, role, f"exception {short}"

@@ -23,6 +23,7 @@ class Role(IntEnum):
     """How much a match proves; the value is its tier in the engine (higher wins)."""
 
     INFO = 0
+    EXIT = 1  # a failure that names no cause: a task's exit status, srun ending the others
     WEAK = 5  # a plausible reading, beaten by anything better (an abort, a save failure)
     SYMPTOM = 10  # what a rank prints when something else failed (NCCL errors, timeouts)
     ERROR = 30  # a real error of the job on this node (OOM, illegal access, ENOSPC)
@@ -32,7 +33,8 @@ class Role(IntEnum):
 
 @dataclass(frozen=True)
 class Signature:
-    """A named pattern; a `host` group in the regex moves the hit to that node."""
+    """A named pattern; a `host` group in the regex (a node name or a Slurm hostlist such
+    as `node[03-04]`) moves the hit to the node(s) it names."""
 
     name: str
     cause: Cause
@@ -46,34 +48,80 @@ def _sig(name: str, cause: Cause, role: Role, regex: str, precedence: int = 0) -
 
 
 _C = Cause
-_SLURM_LINE = r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+"
+# slurmstepd's own lines start with `slurmstepd: error: ` (`slurmstepd-<node>: error: ` where
+# slurmd is built for several per host), at the start of the line (`N: ` before it under
+# `srun --label`): text a program printed mid-line, or quoted in a traceback, is not Slurm's.
+_STEPD = r"^(?:\d+: )?slurmstepd(?:-[\w.-]+)?: error: "
+_BANNER = _STEPD + r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
+# srun's task lines name the node(s) and the task ids: `srun: error: node2: task 1: ...`.
+_SRUN_TASK = r"^srun: error: (?P<host>[\w.\[\],-]+): tasks? [\d,-]+: "
 
 SIGNATURES: tuple[Signature, ...] = (
-    # Slurm: slurmstepd's banner, the cgroup oom line (new and old wording), srun task exits.
-    _sig("slurm.time_limit", _C.TIMEOUT, Role.SCHEDULER, _SLURM_LINE + r" DUE TO TIME LIMIT"),
-    _sig("slurm.preemption", _C.PREEMPTED, Role.SCHEDULER, _SLURM_LINE + r" DUE TO PREEMPTION"),
-    _sig("slurm.job_requeue", _C.PREEMPTED, Role.SCHEDULER, _SLURM_LINE + r" DUE TO JOB REQUEUE"),
+    # Slurm: slurmstepd's banner (src/slurmd/slurmstepd/req.c), the cgroup oom line (new and
+    # old wording), srun's task exits (src/srun/launch.c). A DUE TO banner is more specific
+    # than a bare CANCELLED state, hence its precedence.
+    _sig("slurm.time_limit", _C.TIMEOUT, Role.SCHEDULER, _BANNER + r" DUE TO TIME LIMIT", 5),
+    _sig("slurm.preemption", _C.PREEMPTED, Role.SCHEDULER, _BANNER + r" DUE TO PREEMPTION", 5),
+    _sig("slurm.job_requeue", _C.PREEMPTED, Role.SCHEDULER, _BANNER + r" DUE TO JOB REQUEUE", 5),
     _sig(
-        "slurm.node_failure", _C.NODE_FAILURE, Role.SCHEDULER, _SLURM_LINE + r" DUE TO NODE FAILURE"
+        "slurm.node_failure",
+        _C.NODE_FAILURE,
+        Role.SCHEDULER,
+        _BANNER + r" DUE TO NODE FAILURE",
+        10,
     ),
+    # The batch step cancelled (scancel), or any step signalled by name (Slurm >= 25.05).
     _sig(
         "slurm.cancelled",
         _C.CANCELLED,
         Role.SCHEDULER,
-        _SLURM_LINE + r"(?: DUE [Tt][Oo] SIGNAL \w+)? \*\*\*",
+        _STEPD
+        + r"\*\*\* JOB \S+ ON \S+ CANCELLED AT \S+ \*\*\*|"
+        + _BANNER
+        + r" DUE [Tt][Oo] SIGNAL \w+ \*\*\*",
     ),
-    _sig("slurm.oom_kill", _C.HOST_OOM, Role.ERROR, r"Detected \d+ oom[-_]kill event"),
+    # A step's bare banner (Slurm <= 24.11) or DUE TO TASK FAILURE (>= 25.05): srun ended the
+    # step because one of its tasks failed (--kill-on-bad-exit); that task's error is the
+    # cause, this banner is the collateral.
     _sig(
-        "srun.out_of_memory",
+        "slurm.step_killed",
+        _C.UNKNOWN,
+        Role.EXIT,
+        _STEPD + r"\*\*\* STEP \S+ ON \S+ CANCELLED AT \S+(?: DUE TO TASK FAILURE)? \*\*\*",
+    ),
+    _sig(
+        "slurm.oom_kill",
         _C.HOST_OOM,
         Role.ERROR,
-        r"srun: error: (?P<host>[\w.-]+): tasks? [\d,-]+: Out Of Memory",
+        r"^(?:\d+: )?slurmstepd(?:-(?P<host>[\w.-]+))?: error: Detected \d+ oom[-_]kill event",
     ),
+    _sig(
+        "slurm.execve_failed",
+        _C.USER_CODE,
+        Role.ERROR,
+        _STEPD + r"execve\(\): (?:bad interpreter\(|\S+: )",
+    ),
+    _sig(
+        "srun.node_failure",
+        _C.NODE_FAILURE,
+        Role.SCHEDULER,
+        r"^srun: error: Node failure on (?P<host>[\w.\[\],-]+)",
+        10,
+    ),
+    _sig("srun.out_of_memory", _C.HOST_OOM, Role.ERROR, _SRUN_TASK + r"Out Of Memory"),
     _sig(
         "srun.crash_signal",
         _C.SEGFAULT,
         Role.ERROR,
-        r"srun: error: (?P<host>[\w.-]+): tasks? [\d,-]+: (?:Segmentation fault|Bus error)",
+        _SRUN_TASK + r"(?:Segmentation fault|Bus error)",
+    ),
+    _sig("srun.task_exit", _C.UNKNOWN, Role.EXIT, _SRUN_TASK + r"Exited with exit code \d+"),
+    # The dynamic loader, or a program's own environment: never the node's fault.
+    _sig(
+        "env.shared_object",
+        _C.USER_CODE,
+        Role.ERROR,
+        r"error while loading shared libraries: \S+: cannot open shared object file",
     ),
     # GPU memory exhausted: the caching allocator's message (every PyTorch version), raw CUDA.
     _sig("torch.cuda_oom", _C.CUDA_OOM, Role.ERROR, r"CUDA out of memory\. Tried to allocate"),
@@ -159,6 +207,24 @@ SIGNATURES: tuple[Signature, ...] = (
         80,
     ),
     _sig("nvml.gpu_lost", _C.GPU_UNAVAILABLE, Role.INFRA, r"\bGPU is lost\b", 80),
+    # nvidia-smi when NVML cannot reach a GPU that is still enumerated (typically XID 79).
+    _sig(
+        "nvml.no_device_handle",
+        _C.GPU_UNAVAILABLE,
+        Role.INFRA,
+        r"Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]*: "
+        r"(?:Unknown Error|GPU is lost)",
+        80,
+    ),
+    # LBNL NHC, run by the job or printed into its log by a prolog: `ERROR:  nhc:  Health check
+    # failed:  check_fs_mount:  /scratch not mounted`.
+    _sig(
+        "nhc.check_failed",
+        _C.HEALTH_CHECK,
+        Role.INFRA,
+        r"^(?:ERROR:\s+nhc:\s+)?Health check failed:\s+check_\w+:",
+        20,
+    ),
     _sig(
         "cuda.driver_too_old",
         _C.GPU_DRIVER,
@@ -178,6 +244,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "nccl.ib_async_event",
         _C.INFINIBAND,
         Role.INFRA,
+        r"(?:^(?P<host>[\w.-]+):\d+:\d+ \[\d+\] .*)?"
         r"NET/IB ?: .*Got async event ?: (?:port error|local catastrophic error)",
         30,
     ),

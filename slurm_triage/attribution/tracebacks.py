@@ -26,6 +26,16 @@ _CHAIN_MARKERS = (
     "During handling of the above exception, another exception occurred:",
 )
 _PREFIX = re.compile(r"^(?:\[(?:rank|default)(\d+)\]:|(\d+): )")
+# Lines Slurm's own programs write into the same file: never part of a program's traceback.
+_SLURM_LINE = re.compile(r"^(?:srun|sbatch|salloc|slurmstepd(?:-[\w.-]+)?|slurm-triage): ")
+_FRAME = re.compile(r'^\s+File "[^"]*", line \d+')
+# Without its header, an unindented line after frames is taken as the exception only when it
+# looks like one (an `...Error`, a dotted type): a progress line must not pass for it.
+_LIKELY_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)+[A-Z]\w*(?::|$)|^_?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::|$)"
+)
+# Unindented lines of other tasks that land between one traceback's frames in merged output.
+_MAX_FOREIGN = 20
 _EXC_LINE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*_?[A-Z]\w*)(?::[ ]?(?P<msg>.*))?$")
 # Exceptions that are only the background of the real one (a queue poll that timed out).
 _BENIGN = frozenset({"Empty", "StopIteration", "StopAsyncIteration", "GeneratorExit"})
@@ -82,6 +92,8 @@ def _chains(lines: list[str]) -> list[list[ExcLine]]:
     streams: dict[str, list[tuple[int, str]]] = {}
     for index, raw in enumerate(lines):
         key, text = split_prefix(raw)
+        if _SLURM_LINE.match(text):
+            key = "slurm"
         streams.setdefault(key, []).append((index, text))
     chains: list[list[ExcLine]] = []
     for stream in streams.values():
@@ -94,10 +106,15 @@ def _stream_chains(stream: list[tuple[int, str]]) -> list[list[ExcLine]]:
     chained = False
     i = 0
     while i < len(stream):
-        if stream[i][1].rstrip() != HEADER:
+        text = stream[i][1]
+        if text.rstrip() == HEADER:
+            exc, i = _exception_after(stream, i + 1, stream[i][0])
+        elif _FRAME.match(text) and (i == 0 or not stream[i - 1][1].startswith((" ", "\t"))):
+            # A traceback whose header was cut off by the tail or lost in merged output.
+            exc, i = _exception_after(stream, i, stream[i][0], headerless=True)
+        else:
             i += 1
             continue
-        exc, i = _exception_after(stream, i + 1, stream[i][0])
         if exc is None:
             chained = False
             continue
@@ -110,16 +127,31 @@ def _stream_chains(stream: list[tuple[int, str]]) -> list[list[ExcLine]]:
 
 
 def _exception_after(
-    stream: list[tuple[int, str]], i: int, header: int
+    stream: list[tuple[int, str]], i: int, header: int, *, headerless: bool = False
 ) -> tuple[ExcLine | None, int]:
-    """Skip the indented frames; the first unindented line should be the exception."""
-    while i < len(stream) and (not stream[i][1] or stream[i][1][0] in " \t"):
+    """Skip the indented frames; the first unindented line should be the exception. An
+    unindented line that frames follow belongs to another task's output and is skipped."""
+    foreign = 0
+    while i < len(stream):
+        text = stream[i][1]
+        if not text or text[0] in " \t":
+            i += 1
+            continue
+        frames_follow = i + 1 < len(stream) and _FRAME.match(stream[i + 1][1]) is not None
+        if (
+            not frames_follow
+            or foreign >= _MAX_FOREIGN
+            or text.rstrip() == HEADER
+            or _LIKELY_EXCEPTION.match(text)
+        ):
+            break
+        foreign += 1
         i += 1
     if i >= len(stream):
         return None, i
     index, text = stream[i]
     found = _EXC_LINE.match(text.rstrip())
-    if found is None:
+    if found is None or (headerless and not _LIKELY_EXCEPTION.match(text)):
         return None, i
     message = (found.group("msg") or "").strip()[:_MAX_MESSAGE]
     return ExcLine(found.group("type"), message, index, header), i + 1

@@ -100,7 +100,7 @@ def _job(args: argparse.Namespace, context: Any) -> int:
     if args.json:
         print(json.dumps(_plain(job)))
         return 0
-    from slurm_triage.slurm import hostlist
+    from slurm_triage import hostlist
 
     rows = [
         ("job", job.job_id),
@@ -141,7 +141,7 @@ def _requeue(args: argparse.Namespace, context: Any) -> int:
 
 
 def _exclude(args: argparse.Namespace, context: Any) -> int:
-    from slurm_triage.slurm import hostlist
+    from slurm_triage import hostlist
 
     try:
         names = [n for expr in args.nodes for n in hostlist.expand(expr)]

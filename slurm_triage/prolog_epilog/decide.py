@@ -12,6 +12,7 @@ import socket
 import time
 from dataclasses import dataclass, replace
 
+from slurm_triage import hostlist
 from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, scan_lines
 from slurm_triage.config import Config
 from slurm_triage.evidence import (
@@ -30,7 +31,7 @@ from slurm_triage.policies import Decision, JobView, PastDecision, PolicyInput, 
 from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.prolog_epilog import actuator, safe_files
-from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, hostlist, open_door
+from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_door
 from slurm_triage.taxonomy import Domain, info, parse_cause
 
 WINDOW_BEFORE_S = 600.0
@@ -145,7 +146,10 @@ OUTPUT_TAIL_BYTES = 1 << 20
 
 def output_facts(job: JobInfo, uid: int) -> list[Fact]:
     """Signatures in the tail of the batch script's output (jobs without the wrapper too):
-    the job's own words, so USER facts tied to the batch host."""
+    the job's own words, so USER facts. srun merges every task's output into this file, so a
+    line of a multi-node job names its node only through srun's own lines (`srun: error:
+    node2: task 1: ...`, `[rank1]:` mapped by them); the batch host is right only for a
+    single-node job."""
     facts: list[Fact] = []
     for path in dict.fromkeys(p for p in (job.std_out, job.std_err) if p.startswith("/")):
         try:
@@ -154,7 +158,8 @@ def output_facts(job: JobInfo, uid: int) -> list[Fact]:
             get_logger(job_id=job.job_id).info("job_output_unread", detail=str(exc))
             continue
         lines = decode_tail(data, whole_file=len(data) < OUTPUT_TAIL_BYTES)
-        facts += scan_lines(lines, node=job.batch_host or None, source=Source.USER)
+        node = job.batch_host or None if len(job.nodes) <= 1 else None
+        facts += scan_lines(lines, node=node, source=Source.USER)
     return facts
 
 

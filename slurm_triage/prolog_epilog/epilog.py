@@ -207,7 +207,7 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
 
 
 def _first_node(env: dict[str, str]) -> str | None:
-    from slurm_triage.slurm import hostlist
+    from slurm_triage import hostlist
 
     try:
         nodes = hostlist.expand(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))

@@ -11,8 +11,9 @@ import os
 import shutil
 from collections.abc import Iterable
 
+from slurm_triage import hostlist
 from slurm_triage.logs import get_logger
-from slurm_triage.slurm import hostlist, parse
+from slurm_triage.slurm import parse
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import JobNotFound, NodeNotFound, SlurmCommandError
 from slurm_triage.slurm.model import JobInfo, NodeInfo

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from slurm_triage.slurm import hostlist
+from slurm_triage import hostlist
 from slurm_triage.slurm.errors import SlurmOutputError
 from slurm_triage.slurm.model import JobInfo, JobState, NodeInfo
 

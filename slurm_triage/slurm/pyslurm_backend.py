@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from slurm_triage import hostlist
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
-from slurm_triage.slurm import hostlist
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
     BackendMismatch,

@@ -37,6 +37,7 @@ class StepIdentity:
     task: str
     rank: int | None
     tasks_on_node: int = 1
+    restart: int = 0  # SLURM_RESTART_COUNT: a requeued job runs again under the same id
 
     @property
     def record_name(self) -> str:
@@ -65,6 +66,7 @@ def identity_from_env(env: Mapping[str, str], hostname: str | None = None) -> St
         task=str(rank) if rank is not None else "0",
         rank=rank,
         tasks_on_node=tasks_on_node(env),
+        restart=int(restart) if (restart := env.get("SLURM_RESTART_COUNT", "")).isdigit() else 0,
     )
 
 

@@ -12,6 +12,7 @@ import os
 from slurm_triage.attribution import Attribution, attribute
 from slurm_triage.evidence import EvidenceError, Fact, ProcessExit, RootException, Stall
 from slurm_triage.taxonomy import Action, Condition
+from slurm_triage.wrapper import first_failure
 from slurm_triage.wrapper.identity import StepIdentity
 from slurm_triage.wrapper.record import (
     RecordError,
@@ -39,12 +40,28 @@ def conclude(
         lines.append(f"{PREFIX} evidence not recorded: {exc}")
     except Exception as exc:
         lines.append(f"{PREFIX} evidence not recorded (internal error: {_describe(exc)})")
-    if summary and outcome.child.failed:
+    if outcome.child.failed:
         try:
-            lines.append(summary_line(outcome.identity, attribute(facts)))
+            attribution = attribute(facts)
+            first = _first_failure(outcome, evidence_dir, attribution)
+            if summary:
+                lines.append(summary_line(outcome.identity, attribution, first))
         except Exception as exc:
             lines.append(f"{PREFIX} no attribution (internal error: {_describe(exc)})")
     return lines
+
+
+def _first_failure(
+    outcome: RunOutcome, evidence_dir: str | os.PathLike[str], attribution: Attribution
+) -> first_failure.FirstFailure | None:
+    """The task that failed before this one was killed; or claim that place for this one."""
+    identity = outcome.identity
+    if first_failure.is_collateral_candidate(outcome.child.signal_number, attribution):
+        first = first_failure.read(evidence_dir, identity)
+        mine = first is not None and (first.task, first.node) == (identity.task, identity.node)
+        return None if mine else first
+    first_failure.claim(evidence_dir, identity, attribution)
+    return None
 
 
 def _facts(outcome: RunOutcome, lines: list[str]) -> tuple[Fact, ...]:
@@ -65,11 +82,21 @@ def _encode(identity: StepIdentity, facts: tuple[Fact, ...], lines: list[str]) -
         return encode_record(build_record(identity, basic))
 
 
-def summary_line(identity: StepIdentity, attribution: Attribution) -> str:
-    """`slurm-triage: job 12 node2 rank 3: cuda_oom (user) - <what> - not requeued`."""
+def summary_line(
+    identity: StepIdentity,
+    attribution: Attribution,
+    first: first_failure.FirstFailure | None = None,
+) -> str:
+    """`slurm-triage: job 12 node2 rank 3: cuda_oom (user) - <what> - not requeued`; for a
+    rank ended because another failed: `...: collateral: task 1 on node2 failed first
+    (user_code) - killed by SIGTERM - the job's outcome follows task 1`."""
     who = f"job {identity.job_id} {identity.node}"
     if identity.rank is not None:
         who += f" rank {identity.rank}"
+    if first is not None:
+        why = f"collateral: task {first.task} on {first.node} failed first ({first.cause})"
+        follows = f"the job's outcome follows task {first.task}"
+        return f"{PREFIX} {who}: {why} - {_detail(attribution)} - {follows}"
     detail = _detail(attribution)
     action = _action_text(attribution, identity.node)
     cause = f"{attribution.cause.value} ({attribution.domain.value})"

@@ -1,4 +1,4 @@
-"""The labelled corpus: attribution must get >= 95% of the cases right, cause and nodes."""
+"""The labelled corpus: attribution must get every case right, cause and nodes, case by case."""
 
 from __future__ import annotations
 
@@ -56,27 +56,13 @@ def test_corpus_labels_are_valid_causes():
             assert case.nodes == (), f"{case.name}: {cause} blames no nodes"
 
 
-def test_corpus_accuracy_at_least_95_percent(capsys):
-    """Per-cause accuracy is printed; a case is right only if its cause and nodes both match."""
-    right: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    wrong = []
-    for case in CASES:
-        result = attribute(case.facts(), window=case.window())
-        total[case.cause] += 1
-        if result.cause.value == case.cause and result.nodes == case.nodes:
-            right[case.cause] += 1
-        else:
-            wrong.append(
-                f"  {case.name}: expected {case.cause} {list(case.nodes)}, got "
-                f"{result.cause.value} {list(result.nodes)} ({result.reason[:120]})"
-            )
-    lines = [f"  {cause:16} {right[cause]:3d}/{total[cause]:<3d}" for cause in sorted(total)]
-    accuracy = sum(right.values()) / len(CASES)
-    with capsys.disabled():
-        print(f"\ncorpus accuracy per cause ({len(CASES)} cases):", *lines, sep="\n")
-        print(f"overall: {accuracy:.1%}", *wrong, sep="\n")
-    assert accuracy >= 0.95, "\n".join(wrong)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_corpus_case(case):
+    """Each case on its own: cause and blamed nodes exactly as labelled (no overall gate that
+    would let one case regress while the others carry the average)."""
+    result = attribute(case.facts(), window=case.window())
+    got = (result.cause.value, list(result.nodes))
+    assert got == (case.cause, list(case.nodes)), f"{case.spec['description']}: {result.reason}"
 
 
 def _tagged(tag: str) -> list:

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from slurm_triage.attribution import decode_tail, parse_kernel_lines, read_tail, scan_lines
 from slurm_triage.config import ConfigError, config_from_mapping, read_toml
 from slurm_triage.health_checks.mounts import parse_mountinfo
+from slurm_triage.hostlist import HostlistError, expand
 from slurm_triage.slurm.errors import SlurmOutputError
-from slurm_triage.slurm.hostlist import HostlistError, expand
 from slurm_triage.slurm.parse import (
     parse_key_values,
     parse_sacct_job,

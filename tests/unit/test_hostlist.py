@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_triage.slurm.hostlist import HostlistError, compress, expand
+from slurm_triage.hostlist import HostlistError, compress, expand
 
 
 @pytest.mark.parametrize(
