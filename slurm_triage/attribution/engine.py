@@ -198,7 +198,7 @@ def _unknown(facts: list[Fact], found: list[Finding]) -> Attribution:
 def _verdict(
     winner: Finding, per_node: dict[str | None, Finding], found: list[Finding]
 ) -> Attribution:
-    nodes = _blamed(winner, per_node)
+    nodes = _blamed(winner, per_node) or _failed_tasks(winner, found)
     support = [f for f in found if f.cause is winner.cause and (not nodes or f.node in nodes)]
     support.sort(key=lambda f: f.index)
     evidence = tuple(dict.fromkeys(f.fact for f in support))[:MAX_EVIDENCE]
@@ -224,6 +224,27 @@ def _blamed(winner: Finding, per_node: dict[str | None, Finding]) -> tuple[str, 
         return ()
     top = max(f.tier for f in same)
     return tuple(sorted({f.node for f in same if f.tier == top and f.node}))
+
+
+# srun's lines for tasks that ended on their own, strongest first.
+_TASK_FAILURES = ("srun.task_exit", "srun.task_killed")
+
+
+def _failed_tasks(winner: Finding, found: list[Finding]) -> tuple[str, ...]:
+    """A user error read from a merged batch log names no node; the nodes whose tasks srun
+    saw fail (`srun: error: node2: task 1: Exited with exit code 1`) are where it happened.
+    Only for the user's own errors: a hardware claim is never pinned on a node this way."""
+    if winner.node is not None or info(winner.cause).domain is not Domain.USER:
+        return ()
+    for signature in _TASK_FAILURES:
+        nodes = {
+            f.node
+            for f in found
+            if f.node and isinstance(f.fact, LogHit) and f.fact.signature == signature
+        }
+        if nodes:
+            return tuple(sorted(nodes))
+    return ()
 
 
 def _same_event(winner: Finding, other: Finding) -> bool:

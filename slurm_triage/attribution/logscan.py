@@ -21,6 +21,7 @@ from pathlib import Path
 
 from slurm_triage import hostlist
 from slurm_triage.attribution import matcher, tracebacks
+from slurm_triage.attribution.signatures import BY_NAME, CANCELLED_AFTER_FAILURE, Role
 from slurm_triage.errors import TriageError
 from slurm_triage.evidence import Fact, LogHit, RootException, Source
 
@@ -104,8 +105,9 @@ def scan_lines(
 ) -> list[Fact]:
     """Signature hits (one fact per signature and node, with its count) and the root exception."""
     year = year or datetime.now(UTC).year
-    facts: list[Fact] = list(_hits(lines, node, source, year, tz))
     root = tracebacks.find_root(lines)
+    failed_at = root.exc.header if root is not None else None
+    facts: list[Fact] = list(_hits(lines, node, source, year, tz, failed_at))
     if root is not None:
         facts.append(_root_fact(root, lines, node, source, year, tz))
     return facts
@@ -127,16 +129,31 @@ def scan_file(
     )
 
 
+# Lines that show a task failed by itself: a cancel banner after one of them is collateral.
+_TASK_FAILURE_ROLES = (Role.ERROR, Role.INFRA, Role.SYMPTOM)
+_TASK_FAILURE_LINES = ("srun.task_exit", "srun.task_killed")
+
+
 def _hits(
-    lines: list[str], node: str | None, source: Source, year: int, tz: tzinfo | None
+    lines: list[str],
+    node: str | None,
+    source: Source,
+    year: int,
+    tz: tzinfo | None,
+    failed_at: int | None = None,
 ) -> list[LogHit]:
     text = "\n".join(lines)
     starts = _line_starts(lines)
     tasks = task_hosts(lines)
     found: dict[tuple[str, str | None], LogHit] = {}
+    first_failure = len(lines) if failed_at is None else failed_at
     for start, sig, match in matcher.scan_text(text):
         line = match.string
         index = _index_of(starts, start)
+        if sig.role in _TASK_FAILURE_ROLES or sig.name in _TASK_FAILURE_LINES:
+            first_failure = min(first_failure, index)
+        elif sig is BY_NAME["slurm.cancelled"] and index > first_failure:
+            sig = CANCELLED_AFTER_FAILURE
         named = match.groupdict().get("host")
         for where in _hosts(named) if named else (_line_node(lines[index], tasks, node),):
             key = (sig.name, where)

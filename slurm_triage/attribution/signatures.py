@@ -52,7 +52,8 @@ _C = Cause
 # slurmd is built for several per host), at the start of the line (`N: ` before it under
 # `srun --label`): text a program printed mid-line, or quoted in a traceback, is not Slurm's.
 _STEPD = r"^(?:\d+: )?slurmstepd(?:-[\w.-]+)?: error: "
-_BANNER = _STEPD + r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+"
+# Slurm before 15.08 put the node last: `*** JOB n CANCELLED AT t DUE TO TIME LIMIT on host ***`.
+_BANNER = _STEPD + r"\*\*\* (?:JOB|STEP) \S+ (?:ON \S+ )?CANCELLED AT \S+"
 # srun's task lines name the node(s) and the task ids: `srun: error: node2: task 1: ...`.
 _SRUN_TASK = r"^srun: error: (?P<host>[\w.\[\],-]+): tasks? [\d,-]+: "
 
@@ -95,6 +96,21 @@ SIGNATURES: tuple[Signature, ...] = (
         Role.ERROR,
         r"^(?:\d+: )?slurmstepd(?:-(?P<host>[\w.-]+))?: error: Detected \d+ oom[-_]kill event",
     ),
+    # jobacct_gather's memory enforcement (Slurm before cgroup v2 limits; src/common/jag).
+    _sig(
+        "slurm.memory_limit",
+        _C.HOST_OOM,
+        Role.ERROR,
+        _STEPD + r"(?:Step \S+ exceeded memory limit \(\d+ > \d+\), being killed|"
+        r"Exceeded (?:job|step) memory limit|Job \S+ exceeded memory limit)",
+    ),
+    _sig(
+        "salloc.time_limit",
+        _C.TIMEOUT,
+        Role.SCHEDULER,
+        r"salloc: Job \d+ has exceeded its time limit and its allocation has been revoked",
+        5,
+    ),
     _sig(
         "slurm.execve_failed",
         _C.USER_CODE,
@@ -116,6 +132,7 @@ SIGNATURES: tuple[Signature, ...] = (
         _SRUN_TASK + r"(?:Segmentation fault|Bus error)",
     ),
     _sig("srun.task_exit", _C.UNKNOWN, Role.EXIT, _SRUN_TASK + r"Exited with exit code \d+"),
+    _sig("srun.task_killed", _C.UNKNOWN, Role.EXIT, _SRUN_TASK + r"Killed$"),
     # The dynamic loader, or a program's own environment: never the node's fault.
     _sig(
         "env.shared_object",
@@ -207,6 +224,14 @@ SIGNATURES: tuple[Signature, ...] = (
         80,
     ),
     _sig("nvml.gpu_lost", _C.GPU_UNAVAILABLE, Role.INFRA, r"\bGPU is lost\b", 80),
+    # `nvidia-smi -q`'s clock event (throttle) reasons: the GPU is slowed by heat or power.
+    _sig(
+        "nvml.hw_slowdown",
+        _C.THERMAL,
+        Role.INFRA,
+        r"^\s+HW (?:Thermal |Power Brake )?Slowdown\s+: Active",
+        35,
+    ),
     # nvidia-smi when NVML cannot reach a GPU that is still enumerated (typically XID 79).
     _sig(
         "nvml.no_device_handle",
@@ -236,7 +261,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "cuda.not_initialized",
         _C.GPU_DRIVER,
         Role.INFRA,
-        r"CUDA error: system not yet initialized",
+        r"CUDA error: system not yet initialized|Error 802: system not yet initialized",
         40,
     ),
     _sig("nvml.driver_mismatch", _C.GPU_DRIVER, Role.INFRA, r"Driver/library version mismatch", 40),
@@ -292,8 +317,16 @@ SIGNATURES: tuple[Signature, ...] = (
         "proc.abort",
         _C.SEGFAULT,
         Role.WEAK,
-        r"Aborted \(core dumped\)|Fatal Python error: Aborted|"
+        r"Aborted +\(core dumped\)|Fatal Python error: Aborted|"
         r"terminate called (?:after throwing an instance of|without an active exception)",
+    ),
+    # glibc's heap checks abort a program that corrupted its own memory.
+    _sig(
+        "proc.heap_corruption",
+        _C.SEGFAULT,
+        Role.ERROR,
+        r"^(?:free|malloc|realloc)\(\): (?:invalid pointer|invalid size|corrupted)|"
+        r"^double free or corruption|^corrupted size vs\. prev_size",
     ),
     # glibc's assert(): `prog: file.c:123: func: Assertion `expr' failed.`, then SIGABRT.
     _sig(
@@ -366,24 +399,32 @@ SIGNATURES: tuple[Signature, ...] = (
         r"DistNetworkError|DistStoreError|RendezvousTimeoutError|RendezvousClosedError",
         10,
     ),
-    # CUDA failures that say nothing by themselves: often a GPU lost or reset under the job.
+    # CUDA failures the driver reports without saying why: most often a GPU lost or reset
+    # under the job (TAXONOMY: gpu_driver). Symptom tier, so any real error elsewhere wins;
+    # but alone they name the node, so the requeue excludes it instead of landing there again.
     _sig(
         "cuda.unknown_error",
-        _C.UNKNOWN,
+        _C.GPU_DRIVER,
         Role.SYMPTOM,
         r"CUDA error: unknown error|Cuda failure 'unknown error'",
-        0,
+        40,
     ),
     _sig(
         "nccl.unhandled_cuda",
-        _C.UNKNOWN,
+        _C.GPU_DRIVER,
         Role.SYMPTOM,
         r"ncclUnhandledCudaError|unhandled cuda error \(run with NCCL_DEBUG",
-        0,
+        40,
     ),
 )
 
-BY_NAME: dict[str, Signature] = {s.name: s for s in SIGNATURES}
+_CANCELLED = next(s for s in SIGNATURES if s.name == "slurm.cancelled")
+# Not scanned for: what logscan calls a cancel banner that follows a task failure in the same
+# log (srun ends the rest, or someone cancels a job that has already failed): collateral.
+CANCELLED_AFTER_FAILURE = Signature(
+    "slurm.cancelled_after_task_failure", _C.UNKNOWN, Role.EXIT, _CANCELLED.pattern
+)
+BY_NAME: dict[str, Signature] = {s.name: s for s in (*SIGNATURES, CANCELLED_AFTER_FAILURE)}
 
 # Root-exception types → (cause, role), keyed by the last dotted component of the type name.
 # Anything not here and not matched by a signature is the program's own error (user_code).

@@ -34,6 +34,8 @@ _FRAME = re.compile(r'^\s+File "[^"]*", line \d+')
 _LIKELY_EXCEPTION = re.compile(
     r"^(?:[A-Za-z_]\w*\.)+[A-Z]\w*(?::|$)|^_?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::|$)"
 )
+# torchrun's summary may be all that is left of its traceback in a log's tail.
+_CHILD_FAILED = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*ChildFailedError):?\s*$")
 # Unindented lines of other tasks that land between one traceback's frames in merged output.
 _MAX_FOREIGN = 20
 _EXC_LINE = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*_?[A-Z]\w*)(?::[ ]?(?P<msg>.*))?$")
@@ -84,7 +86,8 @@ def find_root(lines: list[str]) -> Root | None:
     last = max(chains, key=lambda chain: chain[-1].index)
     root = _pick_root(last)
     if root.exc_type.rsplit(".", 1)[-1] != "ChildFailedError":
-        return Root(root)
+        stream = split_prefix(lines[root.index])[0]
+        return Root(root, rank=int(stream) if stream.isdigit() else None)
     return _child_failed(lines, last[-1], [c for c in chains if c[-1].index < last[-1].index])
 
 
@@ -112,6 +115,8 @@ def _stream_chains(stream: list[tuple[int, str]]) -> list[list[ExcLine]]:
         elif _FRAME.match(text) and (i == 0 or not stream[i - 1][1].startswith((" ", "\t"))):
             # A traceback whose header was cut off by the tail or lost in merged output.
             exc, i = _exception_after(stream, i, stream[i][0], headerless=True)
+        elif child := _CHILD_FAILED.match(text):
+            exc, i = ExcLine(child.group("type"), "", stream[i][0], stream[i][0]), i + 1
         else:
             i += 1
             continue
@@ -153,8 +158,12 @@ def _exception_after(
     found = _EXC_LINE.match(text.rstrip())
     if found is None or (headerless and not _LIKELY_EXCEPTION.match(text)):
         return None, i
-    message = (found.group("msg") or "").strip()[:_MAX_MESSAGE]
-    return ExcLine(found.group("type"), message, index, header), i + 1
+    message = (found.group("msg") or "").strip()
+    if message.endswith(":") and i + 1 < len(stream) and _LIKELY_EXCEPTION.match(stream[i + 1][1]):
+        # `BackendCompilerFailed: backend='inductor' raised:` and the real error below it.
+        i += 1
+        message = f"{message} {stream[i][1].strip()}"
+    return ExcLine(found.group("type"), message[:_MAX_MESSAGE], index, header), i + 1
 
 
 def _chain_marker_follows(stream: list[tuple[int, str]], i: int) -> tuple[bool, int]:

@@ -9,6 +9,8 @@ from typing import TypeVar
 
 from slurm_triage.devcluster import cluster
 from slurm_triage.devcluster.config_files import ClusterLayout
+from slurm_triage.journal import Journal
+from slurm_triage.journal.store import DecisionRow
 
 T = TypeVar("T")
 
@@ -55,3 +57,19 @@ def wait_for(
             return last
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+
+
+def journal(layout: ClusterLayout) -> Journal:
+    return Journal(layout.state_dir / "journal.sqlite")
+
+
+def decision_for(
+    layout: ClusterLayout, job_id: int, restart: int = 0, timeout: float = 60
+) -> DecisionRow:
+    """The journal's decision for one run of a job, once it is there."""
+
+    def found() -> DecisionRow | None:
+        rows = [r for r in journal(layout).decisions(job_id=job_id) if r.restart == restart]
+        return rows[0] if rows else None
+
+    return wait_for(found, timeout, f"decision for job {job_id} run {restart}")

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from slurm_triage.journal import Journal, NodeEvent
+from slurm_triage.journal import NodeEvent
 from slurm_triage.slurm import JobState, open_door
-from tests.integration.slurmtest import env, sbatch, scancel, wait_for
+from tests.integration.slurmtest import decision_for as _decision
+from tests.integration.slurmtest import env, journal, sbatch, scancel, wait_for
 
 pytestmark = pytest.mark.integration
 NODES = ("node1", "node2", "node3")
@@ -41,18 +42,6 @@ def door(devcluster):  # type: ignore[no-untyped-def]
         _inject(devcluster, node, "clear")
         if d.node(node).drained:
             d.resume(node)
-
-
-def _journal(layout) -> Journal:  # type: ignore[no-untyped-def]
-    return Journal(layout.state_dir / "journal.sqlite")
-
-
-def _decision(layout, job_id: int, restart: int = 0, timeout: float = 60):  # type: ignore[no-untyped-def]
-    def found():  # type: ignore[no-untyped-def]
-        rows = [r for r in _journal(layout).decisions(job_id=job_id) if r.restart == restart]
-        return rows[0] if rows else None
-
-    return wait_for(found, timeout, f"decision for job {job_id} run {restart}")
 
 
 def started(layout) -> str:  # type: ignore[no-untyped-def]
@@ -178,7 +167,7 @@ def test_two_deciders_make_one_decision(devcluster, door) -> None:  # type: igno
         for _ in range(2)
     ]
     assert [p.wait(60) for p in again] == [0, 0]
-    assert len([r for r in _journal(devcluster).decisions(job_id=job_id) if r.restart == 0]) == 1
+    assert len([r for r in journal(devcluster).decisions(job_id=job_id) if r.restart == 0]) == 1
     assert door.job(job_id).restart_count == restarts
 
 
@@ -234,9 +223,9 @@ def test_hostile_records_drain_nothing(devcluster, door) -> None:  # type: ignor
 
 def test_a_node_that_keeps_failing_jobs_is_a_lemon(devcluster, door) -> None:  # type: ignore[no-untyped-def]
     """Four jobs failing with node3 blamed make it a lemon: listed, and drained as one."""
-    journal = _journal(devcluster)
+    lemon_journal = journal(devcluster)
     past = time.time() - 3600
-    journal.add_node_events(
+    lemon_journal.add_node_events(
         [
             NodeEvent("node3", 900_000 + i, past, "blamed", "gpu_memory", 48 if i else 63, False)
             for i in range(3)
