@@ -163,3 +163,28 @@ def test_a_directory_or_a_bad_record_is_one_line(tmp_path):
         done = classify(*args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert message in done.stderr
+
+
+MULTINODE = Path(__file__).resolve().parents[1] / "fixtures" / "multinode"
+
+
+@pytest.mark.parametrize(
+    ("log", "cause", "nodes"),
+    [
+        (f"{name}.slurm-{version}.out", cause, nodes)
+        for name, cause, nodes in (
+            ("nccl-timeout-rank1", "nccl_timeout", []),
+            ("keyerror-rank1", "user_code", ["node2"]),
+            ("cuda-oom-rank1", "cuda_oom", ["node2"]),
+        )
+        for version in ("22.05", "25.11")
+    ],
+)
+def test_rank1_failure_under_kill_on_bad_exit_is_the_cause(log, cause, nodes):
+    """Real 2-node job logs (22.05, recorded on the local cluster; 25.11's banner wording):
+    rank 1 fails on node2, srun ends rank 0 and slurmstepd prints its step-cancel banner.
+    The failing rank's cause wins, not `cancelled`."""
+    done = classify("--state", "FAILED", "--exit-code", "1", "--log", MULTINODE / log, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["cause"], result["nodes"]) == (cause, nodes), result["reason"]
