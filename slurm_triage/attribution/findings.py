@@ -185,6 +185,8 @@ _KERNEL_CAUSES = {
     KernelEventKind.KERNEL_PANIC: Cause.HOST_HARDWARE,
     KernelEventKind.IB_LINK_DOWN: Cause.INFINIBAND,
     KernelEventKind.FS_UNRESPONSIVE: Cause.FILESYSTEM,
+    KernelEventKind.GSP_TIMEOUT: Cause.GPU_DRIVER,
+    KernelEventKind.HEALTH_CHECK_FAILED: Cause.HEALTH_CHECK,
 }
 
 
@@ -202,6 +204,11 @@ def _kernel_event(fact: KernelEvent, index: int) -> list[Finding]:
     if fact.event is KernelEventKind.FALLEN_OFF_BUS:
         # The driver prints this next to XID 79: one less, so the XID line is the one cited.
         return [_hardware(cause, fact, index, f"kernel log: GPU fell off the bus{where}", 79)]
+    if fact.event is KernelEventKind.GSP_TIMEOUT:
+        # Just below XID 119's precedence: when both are there, the XID line is cited.
+        return [_hardware(cause, fact, index, f"kernel log: GSP RPC timeout{where}", 89)]
+    if fact.event is KernelEventKind.HEALTH_CHECK_FAILED:
+        return [_hardware(cause, fact, index, f"NHC: {fact.detail[:160]}")]
     return [
         _hardware(cause, fact, index, f"kernel log: {fact.event.value.replace('_', ' ')}{where}")
     ]

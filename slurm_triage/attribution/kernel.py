@@ -1,14 +1,35 @@
-"""Parse kernel-log lines into `KernelEvent` facts: XIDs, fallen off the bus, AER, MCE, OOM.
+"""Parse kernel-log lines into `KernelEvent` facts: XIDs, lost GPUs, GSP timeouts, AER, MCE,
+OOM kills, HCA faults, hung filesystems, and NHC's own failures.
 
 Reads the forms a node keeps its kernel log in:
-- dmesg `[  123.456789] NVRM: ...` and `/dev/kmsg` `6,1234,5678901,-;NVRM: ...`: monotonic
-  time since boot, converted only when `boot_time` is given (else the fact has no time);
+- dmesg `[  123.456789] NVRM: ...` (also `dmesg -x` `kern  :err   : [...] ...` and a printk
+  caller id `[T1234]`/`[C3]` after the stamp) and `/dev/kmsg` `6,1234,5678901,-;NVRM: ...`
+  (also `...,-,caller=T1234;...`): monotonic time since boot, converted only when `boot_time`
+  is given (else the fact has no time);
 - `dmesg -T` `[Thu Nov 21 10:00:00 2024] ...`;
 - syslog/journalctl `Nov 21 10:00:00 host kernel: ...` (no year: `year` supplies it) and
   RFC 3339 `2024-11-21T10:00:00.123456+00:00 host kernel: ...`. In these only lines tagged
-  `kernel` count, so a user's `logger "NVRM: Xid ..."` is not a hardware event.
+  `kernel` count, so a user's `logger "NVRM: Xid ..."` is not a hardware event; NHC's own
+  `Health check failed:` lines are read under its tag `nhc` (and only those).
 XIDs in all three driver formats: old `NVRM: Xid (0000:03:00): 14, ...`, `PCI:` and MIG
 `(PCI:0000:01:00 GPU-I:05)`. PCI addresses are normalised to lower-case `dddd:bb:dd`.
+
+Anchoring. The kernel prints user-chosen text inside its own messages: a process name (comm,
+at most 15 characters) at the start of `python[4242]: segfault at ...`, `traps: python[4242]
+general protection ...`, `python invoked oom-killer: ...`, and a mapped file name (any bytes,
+newlines included) inside the segfault line. So every pattern is anchored where the driver or
+subsystem prints it (the message start, after the prefix above), and a record that is a user
+process's own (segfault, trap, oom-killer invocation, page allocation failure ...) is
+recognised first and nothing else is read from it, nor from the lines that continue it: its
+`\\x0a`/`#012`-escaped parts, indented or prefix-less lines after it, and lines that repeat its
+exact prefix (the kernel's syslog interface repeats the prefix on each line of a multi-line
+record). With second-resolution stamps (classic syslog, `dmesg -T`) that last rule also skips
+a genuine line printed in the same second right after such a record: the price of not taking
+a forged line for a real one. That rule holds only after records that can end in a file name
+(segfaults, traps); a process name (15 characters) cannot spell an evidence line, and a
+message of under 16 characters (the first line of a name holding a newline) is never one.
+Files with no prefix at all carry no record boundaries and so cannot be defended against a
+forged continuation; prefer kmsg, dmesg or journal output.
 """
 
 from __future__ import annotations
@@ -29,9 +50,21 @@ _MONTHS = {
         ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
     )
 }
-_KMSG = re.compile(r"^\d+,\d+,(\d+),[^;]*;(.*)$")
-_DMESG = re.compile(r"^\[\s*(\d+\.\d+)\]\s?(.*)$")
-_DMESG_T = re.compile(r"^\[(?:\w{3} )?(\w{3}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\]\s?(.*)$")
+# --- line prefixes -------------------------------------------------------------------------
+_KMSG = re.compile(r"^(\d+),\d+,(\d+),[^;]*;(.*)$")
+_FACILITY = r"(?:(?P<fac>[a-z0-9]+) *:[a-z]+ *: )?"  # dmesg -x: `kern  :err   : `
+_CALLER = r"(?:\s*\[\s*[TC]\d+\])?"  # CONFIG_PRINTK_CALLER: `[T1234]`, `[    C3]`
+_DMESG = re.compile(rf"^{_FACILITY}(?P<stamp>\[\s*(?P<s>\d+\.\d+)\]){_CALLER}\s?(?P<msg>.*)$")
+_DMESG_T = re.compile(
+    rf"^{_FACILITY}(?P<stamp>\[(?:\w{{3}} )?(?P<mon>\w{{3}}) +(?P<day>\d{{1,2}}) "
+    rf"(?P<h>\d\d):(?P<mi>\d\d):(?P<sec>\d\d) (?P<yr>\d{{4}})\]){_CALLER}\s?(?P<msg>.*)$"
+)
+# dmesg -H/--reltime: `[Dec22 03:19]` heads a minute, `[  +0.000001]` is a delta: no time.
+_DMESG_REL = re.compile(
+    rf"^{_FACILITY}(?P<stamp>\[(?:\s*[+-]\d+\.\d+|\w{{3}} ?\d{{1,2}} \d\d:\d\d)\]){_CALLER}"
+    r"\s?(?P<msg>.*)$"
+)
+_INNER_DMESG = re.compile(rf"^(\[\s*\d+\.\d+\]){_CALLER}\s?(.*)$")
 _SYSLOG = re.compile(
     r"^(\w{3}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\S+) ([^:\[\s]+)(?:\[\d+\])?: ?(.*)$"
 )
@@ -39,60 +72,174 @@ _ISO = re.compile(
     r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)? "
     r"(\S+) ([^:\[\s]+)(?:\[\d+\])?: ?(.*)$"
 )
+_NHC_TAGS = re.compile(r"^(?:nhc|NHC)(?:\(.*\))?$")
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+
+# --- a user process's own record: read nothing from it ---------------------------------------
+# x86 show_signal_msg `%s[%d]: segfault at ...`, do_trap `traps: %s[%d] ...`, older
+# `%s[%d] general protection ...`, oom_kill.c `%s invoked oom-killer: `, warn_alloc
+# `%s: page allocation failure: `, `%s (%d): drop_caches: %d`, `%s (%d) used greatest stack`.
+_USER_RECORD = re.compile(
+    r"^(?:traps: "
+    r"|.{0,16}?\[\d+\]"
+    r"|.{0,16}?invoked oom-killer: "
+    r"|.{0,16}?page allocation failure: "
+    r"|.{0,16}?\(\d+\)[: ])",
+    re.DOTALL,
+)
+# Of those, the ones that may end in a mapped file name (`... in <file>[<base>+<size>]`), the
+# only unbounded user text: a newline there is how a forged line would follow.
+_FILE_RECORD = re.compile(r"^(?:traps: |.{0,16}?\[\d+\])", re.DOTALL)
+# A process name may itself hold a newline: its first line (at most 14 characters) then stands
+# alone. No evidence line is that short.
+_MIN_EVIDENCE = 16
+
+# --- NVIDIA driver (open-gpu-kernel-modules 595.45.04; gpud kmsg.go) --------------------------
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<bdf>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?"
+    r"^NVRM: Xid \((?:PCI:)?(?P<bdf>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?"
     r"(?: GPU-I:(?P<gi>\d+))?\): (?P<xid>\d+),\s*(?P<rest>.*)"
 )
-_NVRM_BDF = re.compile(rf"NVRM: (?:GPU|The NVIDIA GPU) (?:at )?(?:PCI:)?({_BDF})")
-_FALLEN = re.compile(r"NVRM: .*fallen off the bus")
+_NVRM_BDF = re.compile(rf"^NVRM: (?:GPU|The NVIDIA GPU) (?:at )?(?:PCI:)?({_BDF})")
+# osinit.c NV_DEV_PRINTF `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`; osapi.c's
+# three-line `NVRM: The NVIDIA GPU %04x:%02x:%02x.%x` / `(PCI ID: ...) installed in this
+# system has` / `NVRM: fallen off the bus and is not responding to commands.`; nv.c's
+# `NVRM: [GPU ...: ]GPU is lost, skipping <what>` (printed at NV_DBG_INFO only).
+_FALLEN = re.compile(
+    rf"^NVRM: GPU (?P<bdf>{_BDF}): GPU has fallen off the bus\b"
+    rf"|^NVRM: (?:The NVIDIA GPU (?P<bdf2>{_BDF})\b.*?|system has )?fallen off the bus and is not "
+    r"responding to commands"
+    rf"|^NVRM: (?:GPU (?P<bdf3>{_BDF}): )?GPU is lost, skipping \w"
+)
+# kernel_gsp.c: timeouts the driver logs without an Xid (GSP_SLOWNESS), heartbeats, sanity.
+_GSP = re.compile(
+    r"^NVRM: (?:GPU\d+ )?(?:\w+: )?"
+    r"(?:Timeout after \d+s of waiting for RPC response from GPU\d+ GSP!"
+    r"|Timeout waiting for RPC from GSP\d*!"
+    r"|GPU\d+ sanity check failed 0x[0-9a-fA-F]+ waiting for RPC response from GSP\."
+    r"|(?:GSP RM|LibOS) heartbeat timed out$"
+    r"|Heartbeat timed out, currentTimeMs \d+)"
+    rf"|^NVRM: Rate limiting GSP RPC error prints for GPU at PCI:(?P<bdf>{_BDF}) "
+)
+
+# --- PCIe AER (drivers/pci/pcie/aer.c, pre- and post-6.8 wording) ----------------------------
 _AER = re.compile(
-    rf"(?P<dev>{_BDF}): (?:AER: (?:Multiple )?Uncorrect(?:ed|able) \((?:Non-)?Fatal\) error "
-    rf"(?:message )?received(?:: (?P<src>{_BDF}))?|PCIe Bus Error: severity=Uncorrect(?:ed|able))"
+    rf"^[\w.-]+ (?P<dev>{_BDF}): AER: (?:Multiple )?Uncorrect(?:ed|able) \((?:Non-)?Fatal\) "
+    rf"error (?:message received from|received:) (?P<src>{_BDF})"
+    rf"|^[\w.-]+ (?P<dev2>{_BDF}): (?:AER: )?PCIe Bus Error: severity=Uncorrect(?:ed|able) "
+    r"\((?:Non-)?Fatal\)"
 )
+
+# --- host hardware ---------------------------------------------------------------------------
 _MCE = re.compile(
-    r"\[Hardware Error\]: .*(?:Machine Check Exception|event severity: (?:fatal|recoverable))"
-    r"|Uncorrected hardware memory error|Kernel panic - not syncing: Fatal [Mm]achine check"
+    r"^(?:mce: |\{\d+\})?\[Hardware Error\]: (?:CPU \d+: Machine Check Exception"
+    r"|event severity: (?:fatal|recoverable))"
+    r"|^(?:mce: )?Uncorrected hardware memory error"
+    r"|^Kernel panic - not syncing: Fatal [Mm]achine check"
 )
-_EDAC_UE = re.compile(r"EDAC .*?MC\d+: \d+ UE\b")
-_PANIC = re.compile(r"Kernel panic - not syncing: (.*)")
-_OOM = re.compile(r"Killed process (\d+) \(([^)]*)\)")
-_IB = re.compile(
-    r"\b(ib[\w.]*|mlx5_\d+): (?:lost carrier|[Ll]ink down)"
-    rf"|mlx5_core ({_BDF}): Port module event(?:\[error\])?: module \d+, Cable (?:unplugged|error)"
+_EDAC_UE = re.compile(r"^EDAC (?:\S+ )?MC\d+: \d+ UE \w")
+_PANIC = re.compile(r"^Kernel panic - not syncing: (.*)")
+
+# --- OOM killer (mm/oom_kill.c, old and new wording) -----------------------------------------
+_OOM_KILL = re.compile(
+    r"^(?:(?:Memory cgroup )?[Oo]ut of memory(?: \([\w ]+\))?: )?Kill(?:ed)? process "
+    r"(?P<pid>\d+) \((?P<comm>.*?)\)"
+    r"|^oom_reaper: reaped process (?P<pid2>\d+) \((?P<comm2>.*?)\)"
+    r"|^oom-kill:constraint=\w+,.*,task=(?P<comm3>.*),pid=(?P<pid3>\d+),uid=\d+$"
 )
+
+# --- InfiniBand / mlx5 (drivers/net/ethernet/mellanox/mlx5/core/{health,events}.c) ----------
+# mlx5_core_err/warn print `mlx5_core <bdf>: <func>:<line>:(pid <n>): <text>`, mlx5_core_info
+# `mlx5_core <bdf>: <text>`, netdev_info `mlx5_core <bdf> <ifname>: <text>`.
+_IB_NETDEV = re.compile(r"^(?:ib[\w.]*|mlx5_\d+): (?:lost carrier|[Ll]ink down)$")
+_MLX5 = re.compile(
+    rf"^mlx5_core (?P<bdf>{_BDF})(?: (?P<ifname>[\w.-]+))?: "
+    r"(?:(?P<func>\w+):\d+:\(pid \d+\): )?(?P<text>.*)$"
+)
+_MLX5_FAULT = re.compile(
+    r"^(?:health recovery flow aborted, PCI (?:reads still not working|channel offline)"
+    r"|device's health compromised - reached miss count"
+    r"|Fatal error \d+ detected"
+    r"|PCI slot is unavailable"
+    r"|Port module event\[error\]: module \d+, Cable error"
+    r"|Port module event: module \d+, Cable unplugged)"
+)
+_IB_PORT_DOWN = re.compile(r"^Port: \d+ Link DOWN$")
+# `Health issue observed, <syndrome>, severity(<n>) <LEVEL>:`: 0-3 (EMERG..ERR) only.
+_MLX5_HEALTH = re.compile(r"^Health issue observed, .*, severity\((?P<sev>\d+)\) \w+:")
+
+# --- filesystems -----------------------------------------------------------------------------
 _FS = re.compile(
-    r"nfs: server (\S+) not responding|Lustre: .*Connection to (\S+) \(at \S+\) was lost"
+    r"^nfs: server (\S+) not responding|^Lustre: \S+: Connection to (\S+) \(at \S+\) was lost"
 )
+# kernel/hung_task.c, then sched_show_task's call trace (a frame per line, maybe `? `, maybe
+# the pre-4.x `[<ffffffff...>] ` address, `[module]` when not built in).
+_HUNG = re.compile(r"^(?:INFO: )?task (?P<comm>.{1,16}?):(?P<pid>\d+) blocked for more than \d+ s")
+_FRAME = re.compile(
+    r"^\s*(?:\[<[0-9a-f]+>\] )?(?:\? )?(?P<sym>[A-Za-z_.$][\w.$]*)\+0x[0-9a-f]+/0x[0-9a-f]+"
+    r"(?: \[(?P<mod>[\w-]+)\])?\s*$"
+)
+_FS_SYMBOL = re.compile(
+    r"^(?:nfs4?_|rpc_wait_bit_killable$|__rpc_execute$|ptlrpc_|lustre|mmfs|cxiWaitEventWait"
+    r"|_ZN\w*[Gg][Pp][Ff][Ss])"
+)
+_FS_MODULE_SYMBOL = re.compile(r"^(?:ll_|osc_|cl_)")  # Lustre's, only from a module
+_FS_MODULES = {
+    "nfs", "nfsv3", "nfsv4", "sunrpc", "lustre", "ptlrpc", "osc", "mdc", "lov", "lmv",
+    "obdclass", "lnet", "ko2iblnd", "ksocklnd", "mmfs26", "mmfslinux", "tracedev",
+}  # fmt: skip
+HUNG_TASK_LINES = 40
+
+# --- LBNL NHC (nhc `die()`: syslog `Health check failed:  <check>:  <why>`, log file
+# `ERROR:  nhc:  Health check failed:  ...`) -----------------------------------------------
+_NHC = re.compile(r"^(?:ERROR: +[\w().-]+: +)?Health check failed: +(?P<what>\S.*)$")
+
 MAX_EVENTS = 500
+_REPEAT_S = 60.0  # the same non-XID event on the same device within this is one event
 
 
 @dataclass(frozen=True)
 class KernelLine:
-    """A kernel-log line split into its time (if absolute), host (if named) and message."""
+    """A kernel-log line split into its time (if absolute), host (if named) and message.
+
+    `tag` is the syslog tag (None outside syslog forms); `stamp` the prefix's own text, which
+    the lines of one multi-line record share; `prefixed` False for a line with no prefix."""
 
     time: float | None
     host: str | None
     message: str
     kernel: bool = True
+    tag: str | None = None
+    stamp: str | None = None
+    prefixed: bool = True
 
 
 def split_line(line: str, *, year: int, tz: tzinfo | None, boot_time: float | None) -> KernelLine:
     """Recognise the line's prefix; a line with none is taken as a bare kernel message."""
     if found := _KMSG.match(line):
-        return KernelLine(_since_boot(int(found.group(1)) / 1e6, boot_time), None, found.group(2))
+        # Userspace writing to /dev/kmsg cannot use facility 0 (kern): only the kernel can.
+        kernel = int(found.group(1)) >> 3 == 0
+        when = _since_boot(int(found.group(2)) / 1e6, boot_time)
+        return KernelLine(when, None, found.group(3), kernel)
     if found := _DMESG.match(line):
-        return KernelLine(_since_boot(float(found.group(1)), boot_time), None, found.group(2))
+        kernel = found.group("fac") in (None, "kern")
+        when = _since_boot(float(found.group("s")), boot_time)
+        return KernelLine(when, None, found.group("msg"), kernel, stamp=found.group("stamp"))
     if found := _DMESG_T.match(line):
-        mon, day, h, mi, s, yr, msg = found.groups()
-        return KernelLine(_wall(int(yr), mon, day, h, mi, s, tz), None, msg)
+        g = found.group
+        when = _wall(int(g("yr")), g("mon"), g("day"), g("h"), g("mi"), g("sec"), tz)
+        kernel = g("fac") in (None, "kern")
+        return KernelLine(when, None, g("msg"), kernel, stamp=g("stamp"))
+    if found := _DMESG_REL.match(line):
+        kernel = found.group("fac") in (None, "kern")
+        return KernelLine(None, None, found.group("msg"), kernel, stamp=found.group("stamp"))
     if found := _SYSLOG.match(line):
         mon, day, h, mi, s, host, tag, msg = found.groups()
-        return _tagged(_wall(year, mon, day, h, mi, s, tz), host, tag, msg, boot_time)
+        stamp = f"{mon} {day} {h}:{mi}:{s}"
+        return _tagged(_wall(year, mon, day, h, mi, s, tz), host, tag, msg, stamp)
     if found := _ISO.match(line):
         stamp, zone, host, tag, msg = found.groups()
-        return _tagged(_iso(stamp, zone, tz), host, tag, msg, boot_time)
-    return KernelLine(None, None, line)
+        return _tagged(_iso(stamp, zone, tz), host, tag, msg, stamp)
+    return KernelLine(None, None, line, prefixed=False)
 
 
 def parse_kernel_lines(
@@ -105,34 +252,15 @@ def parse_kernel_lines(
     source: Source = Source.ROOT,
 ) -> list[KernelEvent]:
     """Every recognised event in `lines`, in order; a syslog host names the node if `node`
-    is None. Exact repeats (same event, GPU and time) are kept once; at most MAX_EVENTS."""
+    is None. Exact repeats (same event, GPU and time) are kept once, the same non-XID event on
+    one device within a minute once, one OOM kill (one pid) once; at most MAX_EVENTS."""
+    reader = _Reader(node, source)
     year = year or datetime.now(UTC).year
-    events: list[KernelEvent] = []
-    seen: set[tuple[object, ...]] = set()
-    last_bdf: str | None = None
     for raw in lines:
-        line = split_line(raw, year=year, tz=tz, boot_time=boot_time)
-        if not line.kernel or len(events) >= MAX_EVENTS:
-            continue
-        if found := _NVRM_BDF.search(line.message):
-            last_bdf = normalise_bdf(found.group(1))
-        where = node or (line.host.split(".", 1)[0] if line.host else None)
-        for kind, xid, bdf, detail in _events(line.message, last_bdf):
-            key = (kind, xid, bdf, line.time, where)
-            if key not in seen:
-                seen.add(key)
-                events.append(
-                    KernelEvent(
-                        node=where,
-                        time=line.time,
-                        source=source,
-                        event=kind,
-                        xid=xid,
-                        pci_bus_id=bdf,
-                        detail=detail[:300],
-                    )
-                )
-    return events
+        if len(reader.events) >= MAX_EVENTS:
+            break
+        reader.feed(split_line(raw, year=year, tz=tz, boot_time=boot_time))
+    return reader.events
 
 
 def parse_kernel_file(
@@ -157,39 +285,211 @@ def normalise_bdf(text: str) -> str:
     return f"{domain[-4:]}:{bus}:{rest.split('.', 1)[0]}"
 
 
-def _events(
-    msg: str, last_bdf: str | None
-) -> Iterator[tuple[KernelEventKind, int | None, str | None, str]]:
-    if found := _XID.search(msg):
-        yield _K.XID, int(found.group("xid")), normalise_bdf(found.group("bdf")), msg
+def is_user_record(message: str) -> bool:
+    """True when a kernel message is a user process's own record (segfault, trap, ...)."""
+    return _USER_RECORD.match(message) is not None
+
+
+@dataclass
+class _Hung:
+    where: str | None
+    time: float | None
+    header: str
+    left: int = HUNG_TASK_LINES
+
+
+_Found = tuple[KernelEventKind, int | None, str | None, str, str | None]
+
+
+class _Reader:
+    """Walks the lines once, keeping what one record tells about the next."""
+
+    def __init__(self, node: str | None, source: Source) -> None:
+        self.node, self.source = node, source
+        self.events: list[KernelEvent] = []
+        self.seen: set[tuple[object, ...]] = set()
+        self.last_at: dict[tuple[object, ...], float] = {}
+        self.last_bdf: str | None = None
+        self.hung: _Hung | None = None
+        self.any_prefix = False
+        # The record the last lines belong to; whether it is a user process's own, and one
+        # that may carry a file name (its later lines may repeat its prefix).
+        self.rec: KernelLine | None = None
+        self.rec_user = False
+        self.rec_file = False
+
+    def feed(self, line: KernelLine) -> None:
+        if not line.prefixed:
+            if not line.message.strip():
+                return
+            if self.rec is not None and (line.message[:1].isspace() or self.any_prefix):
+                # Indented (dmesg, journalctl) or prefix-less amid prefixed lines: the rest of
+                # the record before it.
+                if not self.rec_user:
+                    self._parts(self.rec, [line.message.strip()])
+                return
+        else:
+            self.any_prefix = True
+            rec = self.rec
+            if (
+                self.rec_file
+                and rec is not None
+                and line.stamp is not None
+                and (line.stamp, line.host) == (rec.stamp, rec.host)
+            ):
+                return  # the same record's next line, its prefix repeated
+        parts = line.message.split("\\x0a")
+        if line.tag is not None:
+            parts = [p for part in parts for p in part.split("#012")]
+        self.rec = line
+        self.rec_user = line.kernel and is_user_record(parts[0])
+        self.rec_file = self.rec_user and _FILE_RECORD.match(parts[0]) is not None
+        if not self.rec_user:
+            self._parts(line, parts)
+
+    def _parts(self, line: KernelLine, parts: list[str]) -> None:
+        where = self.node or (line.host.split(".", 1)[0] if line.host else None)
+        for part in parts:
+            if not part:
+                continue
+            if line.kernel and is_user_record(part):
+                # A later line of the record shows it is a user process's own (a newline in
+                # its name): nothing more is read from it.
+                self.rec_user = True
+                self.rec_file = _FILE_RECORD.match(part) is not None
+                return
+            if line.kernel:
+                self._kernel(part, line.time, where)
+            elif line.tag is not None and _NHC_TAGS.match(line.tag):
+                self._nhc(part, line.time, where)
+        if not line.prefixed and line.kernel:
+            self._nhc(parts[0], line.time, where)  # NHC's own log file, read as is
+
+    def _nhc(self, msg: str, when: float | None, where: str | None) -> None:
+        if found := _NHC.match(msg):
+            self._emit(_K.HEALTH_CHECK_FAILED, None, None, found.group(0), None, when, where)
+
+    def _kernel(self, msg: str, when: float | None, where: str | None) -> None:
+        if found := _NVRM_BDF.match(msg):
+            self.last_bdf = normalise_bdf(found.group(1))
+        if self._hung_task(msg, when, where) or len(msg) < _MIN_EVIDENCE:
+            return
+        for kind, xid, bdf, detail, key in _events(msg, self.last_bdf):
+            self._emit(kind, xid, bdf, detail, key, when, where)
+
+    def _hung_task(self, msg: str, when: float | None, where: str | None) -> bool:
+        if _HUNG.match(msg):
+            self.hung = _Hung(where, when, msg)
+            return True
+        hung = self.hung
+        if hung is None or hung.where != where:
+            return False
+        hung.left -= 1
+        if hung.left <= 0:
+            self.hung = None
+        if (frame := _FRAME.match(msg)) and _fs_frame(frame.group("sym"), frame.group("mod")):
+            self.hung = None
+            detail = f"{hung.header} (in {frame.group('sym')})"
+            self._emit(_K.FS_UNRESPONSIVE, None, None, detail, None, hung.time, where)
+            return True
+        return False
+
+    def _emit(
+        self,
+        kind: KernelEventKind,
+        xid: int | None,
+        bdf: str | None,
+        detail: str,
+        key: str | None,
+        when: float | None,
+        where: str | None,
+    ) -> None:
+        if len(self.events) >= MAX_EVENTS:
+            return
+        if key is not None:  # one OOM kill is one event, however many lines tell it
+            ident: tuple[object, ...] = (kind, key, where)
+            if ident in self.seen:
+                return
+            self.seen.add(ident)
+        else:
+            ident = (kind, xid, bdf, when, where)
+            if ident in self.seen:
+                return
+            self.seen.add(ident)
+            if kind is not _K.XID and when is not None:
+                device = (kind, bdf, where)
+                last = self.last_at.get(device)
+                if last is not None and 0 <= when - last < _REPEAT_S:
+                    return
+                self.last_at[device] = when
+        self.events.append(
+            KernelEvent(
+                node=where,
+                time=when,
+                source=self.source,
+                event=kind,
+                xid=xid,
+                pci_bus_id=bdf,
+                detail=detail[:300],
+            )
+        )
+
+
+def _events(msg: str, last_bdf: str | None) -> Iterator[_Found]:
+    if found := _XID.match(msg):
+        yield _K.XID, int(found.group("xid")), normalise_bdf(found.group("bdf")), msg, None
         return
-    if _FALLEN.search(msg):
-        found = _NVRM_BDF.search(msg)
-        yield _K.FALLEN_OFF_BUS, None, normalise_bdf(found.group(1)) if found else last_bdf, msg
-    elif found := _AER.search(msg):
-        yield _K.AER_UNCORRECTED, None, normalise_bdf(found.group("src") or found.group("dev")), msg
-    elif _MCE.search(msg):
-        yield _K.MCE, None, None, msg
-    elif _EDAC_UE.search(msg):
-        yield _K.EDAC_UE, None, None, msg
-    elif found := _PANIC.search(msg):
+    if found := _FALLEN.match(msg):
+        named = found.group("bdf") or found.group("bdf2") or found.group("bdf3")
+        yield _K.FALLEN_OFF_BUS, None, normalise_bdf(named) if named else last_bdf, msg, None
+    elif found := _GSP.match(msg):
+        bdf = found.group("bdf")
+        yield _K.GSP_TIMEOUT, None, normalise_bdf(bdf) if bdf else None, msg, None
+    elif found := _AER.match(msg):
+        bdf = found.group("src") or found.group("dev") or found.group("dev2")
+        yield _K.AER_UNCORRECTED, None, normalise_bdf(bdf), msg, None
+    elif _MCE.match(msg):
+        yield _K.MCE, None, None, msg, None
+    elif _EDAC_UE.match(msg):
+        yield _K.EDAC_UE, None, None, msg, None
+    elif found := _PANIC.match(msg):
         kind = _K.OOM_KILL if "Out of memory" in found.group(1) else _K.KERNEL_PANIC
-        yield kind, None, None, msg
-    elif found := _OOM.search(msg):
-        yield _K.OOM_KILL, None, None, f"pid={found.group(1)} comm={found.group(2)}"
-    elif found := _IB.search(msg):
-        yield _K.IB_LINK_DOWN, None, normalise_bdf(found.group(2)) if found.group(2) else None, msg
-    elif _FS.search(msg):
-        yield _K.FS_UNRESPONSIVE, None, None, msg
+        yield kind, None, None, msg, None
+    elif found := _OOM_KILL.match(msg):
+        pid = found.group("pid") or found.group("pid2") or found.group("pid3")
+        comm = found.group("comm") or found.group("comm2") or found.group("comm3") or ""
+        yield _K.OOM_KILL, None, None, f"pid={pid} comm={comm}", f"pid={pid}"
+    elif _IB_NETDEV.match(msg):
+        yield _K.IB_LINK_DOWN, None, None, msg, None
+    elif (found := _MLX5.match(msg)) and _mlx5_fault(found):
+        yield _K.IB_LINK_DOWN, None, normalise_bdf(found.group("bdf")), msg, None
+    elif _FS.match(msg):
+        yield _K.FS_UNRESPONSIVE, None, None, msg, None
 
 
-def _tagged(
-    when: float | None, host: str, tag: str, msg: str, boot_time: float | None
-) -> KernelLine:
-    # rsyslog often keeps the dmesg stamp inside the message: drop it, keep the wall time.
-    if found := _DMESG.match(msg):
-        msg = found.group(2)
-    return KernelLine(when, host, msg, kernel=tag == "kernel")
+def _mlx5_fault(found: re.Match[str]) -> bool:
+    text, func = found.group("text"), found.group("func")
+    if found.group("ifname"):  # a netdev's carrier, or ib_core's port state (cache.c)
+        return text == "Link down" or _IB_PORT_DOWN.match(text) is not None
+    if func == "mlx5_enter_error_state":
+        return text == "start"
+    if health := _MLX5_HEALTH.match(text):
+        return int(health.group("sev")) <= 3
+    return _MLX5_FAULT.match(text) is not None
+
+
+def _fs_frame(symbol: str, module: str | None) -> bool:
+    if _FS_SYMBOL.match(symbol) or (module is not None and module in _FS_MODULES):
+        return True
+    return module is not None and _FS_MODULE_SYMBOL.match(symbol) is not None
+
+
+def _tagged(when: float | None, host: str, tag: str, msg: str, stamp: str) -> KernelLine:
+    # rsyslog often keeps the dmesg stamp inside the message: drop it, keep the wall time
+    # (and let it tell the lines of one record from the next record in the same second).
+    if found := _INNER_DMESG.match(msg):
+        stamp, msg = f"{stamp} {found.group(1)}", found.group(2)
+    return KernelLine(when, host, msg, kernel=tag == "kernel", tag=tag, stamp=stamp)
 
 
 def _since_boot(seconds: float, boot_time: float | None) -> float | None:

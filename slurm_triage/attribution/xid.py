@@ -1,17 +1,27 @@
-"""The NVIDIA XID catalogue as data: number → meaning, origin, cause id and node action.
+"""The NVIDIA XID catalogue as data: number → meaning, NVIDIA's resolutions, cause, node action.
 
 Source: NVIDIA Xid Catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html,
-Ampere+ sheet, as generated into leptonai/gpud `catalog_generated.go` @4a8de33a on
-2025-10-29), cross-checked with DCGM's always-fail set {48, 74, 79, 95, 119, 120, 140} and
-k8s-device-plugin's application skip list {13, 31, 43, 45, 68, 109}; summarised in
-shared/reference/signatures.md §1.2. Transcribed 2025-11. The catalogue grows with drivers:
-an XID missing here is `UNKNOWN_XID` (driver origin, watch), never silently dropped.
+Ampere+ "Catalog" sheet and "XID 144-150 Decode" sheet) as generated on 2025-10-29 into
+leptonai/gpud `components/accelerator/nvidia/xid/catalog_generated.go` @4a8de33a. Mnemonics and
+the immediate / investigatory resolutions (`immediate`, `investigatory`) are copied from that
+file; the XID 154 action names and the 144-150 line layout from NVIDIA's open-gpu-kernel-modules
+595.45.04 (`gpu.c` `_gpuRecoveryActionName`, gpud `kmsg.go`). Cross-checked with DCGM's
+always-fail set {48, 74, 79, 95, 119, 120, 140} and k8s-device-plugin's application skip list;
+summarised in shared/reference/signatures.md §1.2. The catalogue grows with drivers: an XID
+missing here is `UNKNOWN_XID` (driver origin, watch), never silently dropped.
+
+How NVIDIA's immediate resolution becomes our node action:
+RESTART_APP → none (application) or watch (driver); IGNORE → watch, or nothing for a side
+effect; RESET_GPU → drain and reset; RESTART_BM → drain and reboot; CHECK_MECHANICALS → drain
+and inspect; CONTACT_SUPPORT as the *immediate* action (rows the catalogue calls "Unused") →
+drain and inspect (a person opens the case; not an automatic RMA); WORKFLOW_* and XID_154 →
+read from the workflow or the line.
 
 `decisive` marks an XID that by itself explains a job's death and makes the node suspect
-(the taxonomy's rule 1: it beats the symptoms it causes). Application XIDs (13, 31, 43, 45,
-68, 109) are never node faults: they point at the job's own CUDA code. Note: TAXONOMY.md lists
-109 under gpu_driver too; we follow NVIDIA and k8s-device-plugin in treating it as an
-application XID, so one context-switch timeout never drains a node.
+(the taxonomy's rule 1: it beats the symptoms it causes). Application XIDs (13, 31, 43, 68, 69,
+137) are never node faults: they point at the job's own CUDA code. Side effects (45 "preemptive
+cleanup, due to previous errors", 63 "remapping event", 154 back to None) are never the cause:
+the XID that caused them is.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from slurm_triage.taxonomy import Cause
+
+CATALOGUE_VERSION = "NVIDIA Xid Catalog, generated 2025-10-29 (leptonai/gpud @4a8de33a)"
 
 
 class Origin(StrEnum):
@@ -47,7 +59,8 @@ class NodeAction(StrEnum):
 
 @dataclass(frozen=True)
 class XidInfo:
-    """One catalogue row. `precedence` orders hardware causes on one node (higher wins)."""
+    """One catalogue row. `precedence` orders hardware causes on one node (higher wins);
+    `immediate` and `investigatory` are NVIDIA's resolution buckets, verbatim."""
 
     number: int
     mnemonic: str
@@ -57,11 +70,14 @@ class XidInfo:
     node_action: NodeAction
     decisive: bool
     precedence: int = 0
+    immediate: str = ""
+    investigatory: str = ""
 
 
 _HW, _DRV, _APP, _SIDE = Origin.HARDWARE, Origin.DRIVER, Origin.APP, Origin.SIDE_EFFECT
 _NONE, _WATCH, _RESET = NodeAction.NONE, NodeAction.WATCH, NodeAction.RESET_GPU
-_DRESET, _DREBOOT, _RMA = NodeAction.DRAIN_RESET, NodeAction.DRAIN_REBOOT, NodeAction.DRAIN_RMA
+_DRESET, _DREBOOT = NodeAction.DRAIN_RESET, NodeAction.DRAIN_REBOOT
+_INSPECT = NodeAction.DRAIN_INSPECT
 _UA, _MEM, _NVL, _DRIVER = (
     Cause.GPU_UNAVAILABLE,
     Cause.GPU_MEMORY,
@@ -69,242 +85,179 @@ _UA, _MEM, _NVL, _DRIVER = (
     Cause.GPU_DRIVER,
 )
 _USER, _THERM = Cause.CUDA_USER_ERROR, Cause.THERMAL
+_CS, _RA, _RG, _IG = "CONTACT_SUPPORT", "RESTART_APP", "RESET_GPU", "IGNORE"
+_NVL5 = "WORKFLOW_NVLINK5_ERR"
 
-# (number, mnemonic, meaning, origin, cause, node action, decisive, precedence)
-_ROWS: tuple[tuple[int, str, str, Origin, Cause, NodeAction, bool, int], ...] = (
-    (
-        8,
-        "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT",
-        "GPU stopped processing",
-        _DRV,
-        _DRIVER,
-        _WATCH,
-        False,
-        0,
-    ),
-    (13, "ROBUST_CHANNEL_GR_EXCEPTION", "graphics engine exception", _APP, _USER, _NONE, True, 0),
-    (
-        31,
-        "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
-        "GPU memory page fault",
-        _APP,
-        _USER,
-        _NONE,
-        True,
-        0,
-    ),
-    (
-        32,
-        "ROBUST_CHANNEL_PBDMA_ERROR",
-        "invalid or corrupted push buffer stream",
-        _DRV,
-        _DRIVER,
-        _WATCH,
-        False,
-        0,
-    ),
-    (38, "FECS_ERR_WATCHDOG_TIMEOUT", "driver firmware error", _DRV, _DRIVER, _WATCH, False, 0),
-    (
-        43,
-        "RESETCHANNEL_VERIF_ERROR",
-        "GPU stopped processing after an app fault",
-        _APP,
-        _USER,
-        _NONE,
-        False,
-        0,
-    ),
-    (
-        45,
-        "PREEMPTIVE_REMOVAL",
-        "preemptive cleanup after earlier errors",
-        _SIDE,
-        _USER,
-        _NONE,
-        False,
-        0,
-    ),
-    (46, "GPU_TIMEOUT_ERROR", "GPU stopped processing", _HW, _DRIVER, _DRESET, True, 40),
-    (
-        48,
-        "ROBUST_CHANNEL_GPU_ECC_DBE",
-        "double-bit (uncorrectable) ECC error",
-        _HW,
-        _MEM,
-        _DRESET,
-        True,
-        70,
-    ),
-    (
-        54,
-        "AUX_POWER_NOT_CONNECTED",
-        "auxiliary power not connected",
-        _HW,
-        _UA,
-        NodeAction.DRAIN_INSPECT,
-        True,
-        60,
-    ),
-    (61, "PMU_BREAKPOINT", "internal micro-controller breakpoint", _HW, _DRIVER, _DRESET, True, 40),
-    (62, "PMU_HALT_ERROR", "internal micro-controller halt", _HW, _DRIVER, _DRESET, True, 90),
-    (
-        63,
-        "INFOROM_DRAM_RETIREMENT_EVENT",
-        "row remap / page retirement recorded",
-        _HW,
-        _MEM,
-        _DRESET,
-        True,
-        65,
-    ),
-    (
-        64,
-        "INFOROM_DRAM_RETIREMENT_FAILURE",
-        "row remap / page retirement failed",
-        _HW,
-        _MEM,
-        _RMA,
-        True,
-        70,
-    ),
-    (68, "ROBUST_CHANNEL_NVDEC0_ERROR", "video decoder exception", _APP, _USER, _NONE, False, 0),
-    (69, "GR_CLASS_ERROR", "graphics engine class error", _DRV, _DRIVER, _WATCH, False, 0),
-    (74, "NVLINK_ERROR", "NVLink error", _HW, _NVL, _DRESET, True, 60),
-    (79, "GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", _HW, _UA, _DREBOOT, True, 80),
-    (92, "EXCESSIVE_SBE_INTERRUPTS", "high single-bit ECC error rate", _HW, _MEM, _WATCH, False, 0),
-    (93, "INFOROM_WEAR_LIMIT", "InfoROM wear-limit violation", _HW, _MEM, _WATCH, False, 0),
-    (
-        94,
-        "ROBUST_CHANNEL_CONTAINED_ERROR",
-        "contained uncorrectable memory error",
-        _HW,
-        _MEM,
-        _RESET,
-        True,
-        70,
-    ),
-    (
-        95,
-        "ROBUST_CHANNEL_UNCONTAINED_ERROR",
-        "uncontained uncorrectable memory error",
-        _HW,
-        _MEM,
-        _DRESET,
-        True,
-        70,
-    ),
-    (109, "CTXSW_TIMEOUT_ERROR", "context switch timeout", _APP, _USER, _NONE, False, 0),
-    (110, "SEC_FAULT_ERROR", "security fault", _DRV, _DRIVER, _DRESET, True, 40),
-    (
-        119,
-        "GSP_RPC_TIMEOUT",
-        "timeout waiting for the GSP firmware",
-        _DRV,
-        _DRIVER,
-        _DRESET,
-        True,
-        90,
-    ),
-    (120, "GSP_ERROR", "GSP firmware error", _DRV, _DRIVER, _DRESET, True, 90),
-    (121, "C2C_ERROR", "chip-to-chip link error", _HW, _NVL, _WATCH, False, 0),
-    (123, "SPI_PMU_RPC_ERASE_FAIL", "SPI flash erase failure", _HW, _DRIVER, _DRESET, True, 40),
-    (136, "ALI_TRAINING_FAIL", "NVLink link training failed", _HW, _NVL, _DRESET, True, 60),
-    (137, "NVLINK_PRIV_ERR", "NVLink FLA privilege error", _APP, _USER, _NONE, False, 0),
-    (
-        140,
-        "UNRECOVERABLE_ECC_ERROR_ESCAPE",
-        "unrecoverable ECC error escape",
-        _HW,
-        _MEM,
-        _DRESET,
-        True,
-        70,
-    ),
-    (143, "GPU_INIT_ERROR", "GPU initialisation failure", _HW, _UA, _DRESET, True, 60),
-    (
-        154,
-        "GPU_RECOVERY_ACTION_CHANGED",
-        "GPU recovery action changed",
-        _SIDE,
-        _DRIVER,
-        _WATCH,
-        False,
-        10,
-    ),
-    (
-        155,
-        "NVLINK_SW_DEFINED_ERROR",
-        "NVLink software-defined error",
-        _DRV,
-        _NVL,
-        _DRESET,
-        True,
-        50,
-    ),
-    (156, "RESOURCE_RETIREMENT_EVENT", "resource retirement event", _HW, _MEM, _RESET, False, 0),
-    (157, "RESOURCE_RETIREMENT_FAILURE", "resource retirement failure", _HW, _MEM, _RMA, True, 65),
-    (158, "GPU_FATAL_TIMEOUT", "GPU fatal timeout", _HW, _DRIVER, _DRESET, True, 40),
-    (
-        162,
-        "POWER_SMOOTHING_ERROR",
-        "power smoothing circuitry error",
-        _HW,
-        _THERM,
-        _WATCH,
-        False,
-        0,
-    ),
-    (167, "PCIE_FATAL_TIMEOUT", "PCIe fatal timeout", _HW, Cause.PCIE, _DRESET, True, 50),
-    (169, "SEC2_HALT", "SEC2 micro-controller halt", _DRV, _DRIVER, _DRESET, True, 40),
-    (
-        171,
-        "UNCORRECTABLE_DRAM_ERROR",
-        "uncorrectable DRAM error (XID 48 detail)",
-        _HW,
-        _MEM,
-        _DRESET,
-        True,
-        70,
-    ),
-    (
-        172,
-        "UNCORRECTABLE_SRAM_ERROR",
-        "uncorrectable SRAM error (XID 48 detail)",
-        _HW,
-        _MEM,
-        _DRESET,
-        True,
-        70,
-    ),
-)
+# number, mnemonic, meaning, NVIDIA immediate, NVIDIA investigatory,
+# origin, cause, node action, decisive, precedence
+_Row = tuple[int, str, str, str, str, Origin, Cause, NodeAction, bool, int]
+_ROWS: tuple[_Row, ...] = (
+    (8, "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "GPU stopped processing", _RA, _CS,
+     _DRV, _DRIVER, _WATCH, False, 0),
+    (13, "ROBUST_CHANNEL_GR_EXCEPTION", "graphics engine exception", _RA, "WORKFLOW_XID_13",
+     _APP, _USER, _NONE, True, 0),
+    (31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU memory page fault", _RA,
+     "WORKFLOW_XID_31", _APP, _USER, _NONE, True, 0),
+    (32, "ROBUST_CHANNEL_PBDMA_ERROR", "invalid or corrupted push buffer stream", _RA,
+     "CHECK_APP/CUDA", _DRV, _DRIVER, _WATCH, False, 0),
+    (38, "ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT", "driver firmware error", _IG, _CS,
+     _DRV, _DRIVER, _WATCH, False, 0),
+    (43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "GPU stopped processing after an app fault",
+     _IG, _CS, _APP, _USER, _NONE, False, 0),
+    (45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "preemptive cleanup, due to previous errors",
+     "WORKFLOW_XID_45", "Solo: RESTART_FM; Not Solo: IGNORE (follow other Xid)",
+     _SIDE, _USER, _NONE, False, 0),
+    (46, "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "GPU stopped processing", _RG, _CS,
+     _HW, _DRIVER, _DRESET, True, 40),
+    (48, "ROBUST_CHANNEL_GPU_ECC_DBE", "double-bit (uncorrectable) ECC error",
+     "WORKFLOW_XID_48", "WORKFLOW_XID_48", _HW, _MEM, _DRESET, True, 70),
+    (54, "SILENT_RUNNING_PWR_REDUCED_CLOCKING", "auxiliary power is not connected to the GPU",
+     "CHECK_MECHANICALS", _CS, _HW, _UA, _INSPECT, True, 60),
+    (61, "PMU_BREAKPOINT", "internal micro-controller breakpoint (unused on Ampere+)", _CS, "",
+     _HW, _DRIVER, _INSPECT, True, 40),
+    (62, "PMU_HALT_ERROR", "internal micro-controller halt", _RG, _CS,
+     _HW, _DRIVER, _DRESET, True, 90),
+    # A remap is recorded because of an uncorrectable error that has its own XID (48/94/95);
+    # a pending remap is NVML's row_remap_pending. IGNORE/IGNORE: never the cause.
+    (63, "INFOROM_DRAM_RETIREMENT_EVENT", "GPU memory remapping event", _IG, _IG,
+     _SIDE, _MEM, _WATCH, False, 0),
+    (64, "INFOROM_DRAM_RETIREMENT_FAILURE", "GPU memory remapping failure", _RG, _CS,
+     _HW, _MEM, _DRESET, True, 70),
+    (68, "ROBUST_CHANNEL_NVDEC0_ERROR", "NVDEC0 (video decoder) exception", _RA, _CS,
+     _APP, _USER, _NONE, False, 0),
+    (69, "ROBUST_CHANNEL_GR_CLASS_ERROR", "graphics engine class error", _RA, "CHECK_APP/CUDA",
+     _APP, _USER, _NONE, False, 0),
+    (74, "NVLINK_ERROR", "NVLink error", "WORKFLOW_NVLINK_ERR", _CS,
+     _HW, _NVL, _DRESET, True, 60),
+    (79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU has fallen off the bus", "RESTART_BM",
+     _CS, _HW, _UA, _DREBOOT, True, 80),
+    (92, "EXCESSIVE_SBE_INTERRUPTS", "high single-bit ECC error rate", _IG, _CS,
+     _HW, _MEM, _WATCH, False, 0),
+    (93, "INFOROM_ERASE_LIMIT_EXCEEDED", "non-fatal violation of provisioned InfoROM wear limit",
+     _IG, _CS, _HW, _MEM, _WATCH, False, 0),
+    (94, "ROBUST_CHANNEL_CONTAINED_ERROR", "contained uncorrectable memory error", _RA,
+     "IGNORE (sympathetic)", _HW, _MEM, _RESET, True, 70),
+    (95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "uncontained uncorrectable memory error", _RG,
+     "IGNORE (sympathetic)", _HW, _MEM, _DRESET, True, 70),
+    (109, "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "context switch timeout", _RG, _CS,
+     _DRV, _DRIVER, _DRESET, True, 40),
+    (110, "SEC_FAULT_ERROR", "security fault", _RG, "INVESTIGATE_SW",
+     _DRV, _DRIVER, _DRESET, True, 40),
+    (119, "GSP_RPC_TIMEOUT", "timeout waiting for the GSP firmware", _RG, "INVESTIGATE_SW",
+     _DRV, _DRIVER, _DRESET, True, 90),
+    (120, "GSP_ERROR", "GSP firmware error", _RG, "INVESTIGATE_SW",
+     _DRV, _DRIVER, _DRESET, True, 90),
+    (121, "C2C_ERROR", "chip-to-chip link error", _IG, _CS, _HW, _NVL, _WATCH, False, 0),
+    (122, "SPI_PMU_RPC_READ_FAIL", "SPI flash read failure (unused on Ampere+)", _CS, "",
+     _HW, _DRIVER, _INSPECT, True, 40),
+    (123, "SPI_PMU_RPC_WRITE_FAIL", "SPI flash write failure (unused on Ampere+)", _CS, "",
+     _HW, _DRIVER, _INSPECT, True, 40),
+    (124, "SPI_PMU_RPC_ERASE_FAIL", "SPI flash erase failure (unused on Ampere+)", _CS, "",
+     _HW, _DRIVER, _INSPECT, True, 40),
+    (125, "INFOROM_FS_ERROR", "InfoROM file system error (unused on Ampere+)", _CS, "",
+     _HW, _DRIVER, _INSPECT, True, 40),
+    (136, "ALI_TRAINING_FAIL", "NVLink link training failed", _RG, "INVESTIGATE_LINK_SI",
+     _HW, _NVL, _DRESET, True, 60),
+    (137, "NVLINK_PRIV_ERR", "NVLink privilege error", _IG, "XID_137_FLOW",
+     _APP, _USER, _NONE, False, 0),
+    (140, "UNRECOVERABLE_ECC_ERROR_ESCAPE", "ECC unrecovered error", _RG, _CS,
+     _HW, _MEM, _DRESET, True, 70),
+    (143, "GPU_INIT_ERROR", "GPU initialisation error", _RG, _CS, _HW, _UA, _DRESET, True, 60),
+    (144, "NVLINK_SAW_ERROR", "NVLink SAW error", _NVL5, _NVL5, _HW, _NVL, _WATCH, False, 0),
+    (145, "NVLINK_RLW_ERROR", "NVLink RLW error", _NVL5, _NVL5, _HW, _NVL, _WATCH, False, 0),
+    (146, "NVLINK_TLW_ERROR", "NVLink TLW error", _NVL5, _NVL5, _HW, _NVL, _WATCH, False, 0),
+    (147, "NVLINK_TREX_ERROR", "NVLink TREX error", _NVL5, _NVL5, _HW, _NVL, _WATCH, False, 0),
+    (148, "NVLINK_NVLPW_CTRL_ERROR", "NVLink NVLPW_CTRL error", _NVL5, _NVL5,
+     _HW, _NVL, _WATCH, False, 0),
+    (149, "NVLINK_NETIR_ERROR", "NVLink NETIR error", _NVL5, _NVL5, _HW, _NVL, _WATCH, False, 0),
+    (150, "NVLINK_MSE_ERROR", "NVLink MSE error", _NVL5, _NVL5, _HW, _NVL, _WATCH, False, 0),
+    # The recovery action comes from the line (see lookup); without it we only watch.
+    (154, "GPU_RECOVERY_ACTION_CHANGED", "GPU recovery action changed", "XID_154",
+     "N/A Informational only regarding another Xid", _SIDE, _DRIVER, _WATCH, False, 10),
+    (155, "NVLINK_SW_DEFINED_ERROR", "NVLink software-defined error", _RG, "INVESTIGATE_SW_USER",
+     _DRV, _NVL, _DRESET, True, 50),
+    (156, "RESOURCE_RETIREMENT_EVENT", "resource retirement event", _RG, _IG,
+     _HW, _MEM, _RESET, False, 0),
+    # IGNORE now, CONTACT_SUPPORT later: the job is not killed by it, so it is not decisive
+    # and the node is not drained; the health check warns so that someone opens the case.
+    (157, "RESOURCE_RETIREMENT_FAILURE", "resource retirement failure", _IG, _CS,
+     _HW, _MEM, _WATCH, False, 0),
+    (158, "GPU_FATAL_TIMEOUT", "GPU fatal timeout", _RG, _CS, _HW, _DRIVER, _DRESET, True, 40),
+    (162, "PSHC_REENGAGED", "power smoothing circuitry capability re-engaged", "", "",
+     _HW, _THERM, _WATCH, False, 0),
+    (163, "PSHC_DISENGAGED", "power smoothing circuitry capability disengaged", "", "",
+     _HW, _THERM, _WATCH, False, 0),
+    (164, "PSHC_LOW_LIFETIME", "power smoothing circuitry low lifetime reached", "", "",
+     _HW, _THERM, _WATCH, False, 0),
+    (165, "PSHC_ZERO_LIFETIME", "power smoothing circuitry lifetime exhausted", "", "",
+     _HW, _THERM, _WATCH, False, 0),
+    (167, "PCIE_FATAL_TIMEOUT", "PCIe fatal timeout", "", "", _HW, Cause.PCIE, _DRESET, True, 50),
+    (169, "SEC2_HALT_ERROR", "internal micro-controller (SEC2) halt", "", "",
+     _DRV, _DRIVER, _DRESET, True, 40),
+    (171, "UNCORRECTABLE_DRAM_ERROR", "uncorrectable DRAM error (XID 48 detail)", "", "",
+     _HW, _MEM, _DRESET, True, 70),
+    (172, "UNCORRECTABLE_SRAM_ERROR", "uncorrectable SRAM error (XID 48 detail)", "", "",
+     _HW, _MEM, _DRESET, True, 70),
+)  # fmt: skip
 
-XID_CATALOGUE: dict[int, XidInfo] = {row[0]: XidInfo(*row) for row in _ROWS}
-
-# Blackwell NVLink5 unit errors: severity is in the line itself (signatures.md §1.3).
-for _number in range(144, 151):
-    XID_CATALOGUE[_number] = XidInfo(
-        _number, "NVLINK5_UNIT_ERROR", "NVLink5 unit error", _HW, _NVL, _WATCH, False, 0
-    )
+XID_CATALOGUE: dict[int, XidInfo] = {
+    r[0]: XidInfo(r[0], r[1], r[2], r[5], r[6], r[7], r[8], r[9], r[3], r[4]) for r in _ROWS
+}
+APPLICATION_XIDS = frozenset(n for n, row in XID_CATALOGUE.items() if row.origin is _APP)
 
 UNKNOWN_XID = XidInfo(
     0, "UNKNOWN", "XID not in this catalogue", Origin.UNKNOWN, _DRIVER, _WATCH, False, 0
 )
 
-_NVLINK5_FATAL = re.compile(r"\b(?:Link )?Fatal\b")
-_RECOVERY_NONE = re.compile(r"\bto 0x0 \(None\)")
+# The kernel line's own head, when the caller passes the whole line rather than its rest.
+_XID_HEAD = re.compile(r"^NVRM: Xid \([^)]*\): \d+,\s*")
+# NVLink5 (144-150): `<UNIT> Fatal|Nonfatal XC0|XC1 i<n> Link <n> (<intrinfo> <errorstatus> ...)`
+# after the optional `pid=..., name=..., ` the driver puts in front of every XID text.
+_NVLINK5 = re.compile(
+    r"^(?:pid=[^,]*, name=.*?, )?(?P<unit>[A-Z][A-Z0-9_]*(?:/[A-Z][A-Z0-9_]*)*) "
+    r"(?P<severity>Fatal|Nonfatal) XC[01] i\d+ Link -?\d+ \(0x[0-9a-fA-F]+"
+)
+# XID 154: `GPU recovery action changed from 0x%x (%s) to 0x%x (%s)` (gpu.c).
+_RECOVERY = re.compile(
+    r"^(?:pid=[^,]*, name=.*?, )?GPU recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\) "
+    r"to 0x(?P<code>[0-9a-fA-F]+) \((?P<name>[^)]*)\)"
+)
+# nvmlDeviceGpuRecoveryAction_t / NV2080_CTRL_GPU_RECOVERY_ACTION_*.
+RECOVERY_ACTIONS: dict[int, tuple[str, NodeAction]] = {
+    0: ("None", _NONE),
+    1: ("GPU Reset Required", _DRESET),
+    2: ("Node Reboot Required", _DREBOOT),
+    3: ("Drain P2P", _DRESET),
+    4: ("Drain and Reset", _DRESET),
+    5: ("Recover IMEX Domain", _WATCH),
+}
+_RECOVERY_BY_NAME = {name: action for name, action in RECOVERY_ACTIONS.values()}
 
 
 def lookup(number: int, text: str = "") -> XidInfo:
-    """The catalogue row for XID `number`, refined by the rest of its kernel line.
+    """The catalogue row for XID `number`, refined by its kernel line (the whole line or
+    the text after `NNN, `).
 
-    NVLink5 XIDs 144-150 are decisive only when the line says "Fatal" or "Link Fatal";
-    XID 154 is decisive when the new recovery action is anything but None.
+    NVLink5 XIDs 144-150 are decisive (drain and reset) only when the line says `Fatal`;
+    `Nonfatal` ones and lines that do not parse stay watch-only. XID 154 takes its node
+    action from the new recovery action; back to None it is nothing.
     """
     row = XID_CATALOGUE.get(number)
     if row is None:
         return replace(UNKNOWN_XID, number=number)
-    if 144 <= number <= 150 and _NVLINK5_FATAL.search(text) and "Nonfatal" not in text:
-        return replace(row, decisive=True, node_action=_DRESET, precedence=60)
-    if number == 154 and text and not _RECOVERY_NONE.search(text):
-        return replace(row, decisive=True, node_action=_DRESET)
+    text = _XID_HEAD.sub("", text, count=1)
+    if 144 <= number <= 150:
+        found = _NVLINK5.match(text)
+        if found and found.group("severity") == "Fatal":
+            return replace(row, decisive=True, node_action=_DRESET, precedence=60)
+        return row
+    if number == 154 and (found := _RECOVERY.match(text)):
+        code = int(found.group("code"), 16)
+        action = (
+            RECOVERY_ACTIONS[code][1]
+            if code in RECOVERY_ACTIONS
+            else _RECOVERY_BY_NAME.get(found.group("name"), _WATCH)
+        )
+        decisive = action in (_DRESET, _DREBOOT)
+        return replace(row, node_action=action, decisive=decisive)
     return row

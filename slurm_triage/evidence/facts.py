@@ -164,6 +164,8 @@ class KernelEventKind(StrEnum):
     OOM_KILL = "oom_kill"
     IB_LINK_DOWN = "ib_link_down"
     FS_UNRESPONSIVE = "fs_unresponsive"
+    GSP_TIMEOUT = "gsp_timeout"
+    HEALTH_CHECK_FAILED = "health_check_failed"
     UNKNOWN = "unknown"
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slurm_triage.attribution.kernel import parse_kernel_file, parse_kernel_lines
-from slurm_triage.attribution.xid import NodeAction, lookup
+from slurm_triage.attribution.xid import NodeAction, Origin, lookup
 from slurm_triage.config import HealthConfig
 from slurm_triage.evidence import KernelEvent, KernelEventKind
 from slurm_triage.health_checks.result import Action, CheckResult, Severity, fail, ok, warn
@@ -112,7 +112,7 @@ def check_xid(
             )
         if info.node_action is NodeAction.WATCH and warning is None:
             warning = warn(name, f"XID {event.xid} GPU {bus} {info.meaning}", **evidence)
-        if info.node_action is NodeAction.NONE:
+        if info.origin is Origin.APP:
             pid = _PID.search(event.detail)
             app_pids.setdefault(bus, set()).add(pid.group(1) if pid else str(event.time))
     for bus, pids in app_pids.items():
