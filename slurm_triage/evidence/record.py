@@ -37,6 +37,7 @@ MAX_RECORD_BYTES = 1 << 20
 MAX_FACTS = 1000
 MAX_NAME_CHARS = 256
 MAX_TEXT_CHARS = 4096
+MAX_SAFE_INTEGER = 2**53  # the largest integer every JSON reader keeps exactly
 # Free-text fields get the long cap; every other string is a name or an id.
 _TEXT_FIELDS = frozenset({"excerpt", "message", "detail", "reason"})
 _ENUMS: dict[str, type[StrEnum]] = {
@@ -105,7 +106,13 @@ def parse_record(
     if len(data) > max_bytes:
         raise EvidenceError(f"evidence record is {len(data)} bytes, over the {max_bytes} cap")
     doc = _load_json(bytes(data))
-    record = _record(doc, max_facts)
+    try:
+        record = _record(doc, max_facts)
+    except EvidenceError:
+        raise
+    except (ArithmeticError, ValueError, TypeError, RecursionError) as exc:
+        # Whatever else user bytes can provoke drops this record only, never the decision.
+        raise EvidenceError(f"evidence record rejected: {_one_line(exc)}") from None
     if trusted_source is Source.USER:
         facts = tuple(dataclasses.replace(f, source=Source.USER) for f in record.facts)
         record = dataclasses.replace(record, collected_by=Source.USER, facts=facts)
@@ -202,7 +209,7 @@ def _convert(value: Any, annotation: str, where: str) -> Any:
         cap = MAX_TEXT_CHARS if where.rsplit(".", 1)[-1] in _TEXT_FIELDS else MAX_NAME_CHARS
         return _string(value, where, cap)
     if base == "int":
-        if type(value) is not int or abs(value) > 2**53:
+        if type(value) is not int or abs(value) > MAX_SAFE_INTEGER:
             raise EvidenceError(f"{where} must be an integer, got {_show(value)}")
         return value
     if base == "float":
@@ -215,6 +222,10 @@ def _convert(value: Any, annotation: str, where: str) -> Any:
 
 
 def _number(value: Any, where: str) -> float:
+    # An int is range-checked before anything converts it: math.isfinite(10**400) raises
+    # OverflowError, which would escape the one error this parser promises.
+    if type(value) is int and not 0 <= value <= MAX_SAFE_INTEGER:
+        raise EvidenceError(f"{where} must be a finite number >= 0, got {_show(value)}")
     if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
         raise EvidenceError(f"{where} must be a finite number >= 0, got {_show(value)}")
     return float(value)

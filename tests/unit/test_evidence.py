@@ -238,3 +238,17 @@ def test_byte_flipped_valid_records_raise_only_evidence_error(data):
             raw = bytearray(b"{")
     with contextlib.suppress(EvidenceError):
         parse_record(bytes(raw))
+
+
+@pytest.mark.parametrize("field", ["time", "exit_code", "signal", "runtime_s"])
+@pytest.mark.parametrize("number", ["1" + "0" * 400, "-" + "1" + "0" * 400, "1e400"])
+def test_huge_numbers_in_any_field_are_an_evidence_error(field, number):
+    """`10**400` overflowed float() outside the parser's error path (OverflowError): one
+    number in a user's record could kill the decision that had claimed the job."""
+    data = (
+        '{"schema": "slurm-triage/evidence", "version": 1, "job_id": "1", "node": "n1", '
+        '"step": "0", "collected_by": "user", "facts": [{"kind": "process_exit", '
+        f'"exit_code": 1, "{field}": {number}}}]}}'
+    ).encode()
+    with pytest.raises(EvidenceError):
+        parse_record(data)

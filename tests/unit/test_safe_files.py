@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -203,3 +204,18 @@ def test_device_node_and_records_blaming_every_node_drain_nothing(job_dir: Path)
 
     verdict = attribute(rec.facts)
     assert not verdict.root_backed
+
+
+def test_a_record_with_a_huge_number_is_dropped_alone(job_dir: Path, tmp_path: Path) -> None:
+    """A user record with `"time": 10**400` is rejected on its own; the root record of the
+    same job (XID 79) is still read, so the real fault is acted on."""
+    huge = re.sub(rb'"time":[0-9.e+]+', b'"time":1' + b"0" * 400, record(source=Source.USER))
+    assert b"0" * 400 in huge
+    _write(job_dir / "node2.0.json", huge)
+    users = safe_files.read_user_records(str(tmp_path), 77, USER)
+    assert users.records == () and len(users.rejected) == 1
+    root_dir = tmp_path / safe_files.ROOT_AREA / "77"
+    root_dir.mkdir(parents=True)
+    (root_dir / "node2.json").write_bytes(record())
+    roots = safe_files.read_root_records(str(tmp_path), 77, ("node2",))
+    assert [f.xid for r in roots.records for f in r.facts] == [79]
