@@ -20,7 +20,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slurm_triage.attribution.findings import FALLBACK, ROOT_HW, SYMPTOM, Finding, findings_for
+from slurm_triage.attribution.findings import (
+    ERROR,
+    FALLBACK,
+    ROOT_HW,
+    SYMPTOM,
+    USER_HW,
+    Finding,
+    findings_for,
+)
 from slurm_triage.evidence import (
     Fact,
     LogHit,
@@ -103,7 +111,9 @@ def attribute(facts: Iterable[Fact], *, window: Window | None = None) -> Attribu
     completed = _completed(kept)
     if completed is not None:
         return completed
-    found = [fd for i, fact in enumerate(kept) for fd in findings_for(fact, i)]
+    found = _claims_below_user_errors(
+        [fd for i, fact in enumerate(kept) for fd in findings_for(fact, i)]
+    )
     if not found:
         return _unknown(kept, [])
     per_node: dict[str | None, Finding] = {}
@@ -115,6 +125,31 @@ def attribute(facts: Iterable[Fact], *, window: Window | None = None) -> Attribu
     if winner.cause is Cause.UNKNOWN:
         return _unknown(kept, [f for f in found if f.cause is Cause.UNKNOWN])
     return _verdict(winner, per_node, found)
+
+
+# Errors no hardware fault explains (a KeyError, a full disk); CUDA-level errors (illegal
+# access, OOM, crashes) are not among them: a GPU fault can cause those (TAXONOMY rule 1).
+_PROGRAM_CAUSES = (Cause.USER_CODE, Cause.STORAGE_FULL)
+# Exception types too generic to be the program's own mistake ("No CUDA GPUs are available").
+_GENERIC_TYPES = frozenset({"RuntimeError", "Exception", "OSError", "IOError", "SystemError"})
+
+
+def _claims_below_user_errors(found: list[Finding]) -> list[Finding]:
+    """A hardware fault that only the job's own evidence claims (its log, its records) never
+    outranks an error of the program itself: a KeyError plus a forged `XID 79 on victim99`
+    record is the user's KeyError. Root's evidence is untouched: it still beats everything."""
+    if not any(_program_error(f) for f in found):
+        return found
+    return [replace(f, tier=ERROR - 1) if f.tier == USER_HW else f for f in found]
+
+
+def _program_error(f: Finding) -> bool:
+    if f.tier != ERROR or f.cause not in _PROGRAM_CAUSES:
+        return False
+    fact = f.fact
+    return not isinstance(fact, RootException) or (
+        fact.exc_type.rsplit(".", 1)[-1] not in _GENERIC_TYPES
+    )
 
 
 def _named_nodes(facts: list[Fact]) -> list[Fact]:

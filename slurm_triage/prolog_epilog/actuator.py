@@ -2,8 +2,10 @@
 
 Order is Slurm's: requeue first (before it, updates fail with "Job has already finished"),
 then the exclusions and the begin time on the now-pending job, then drains, then the
-AdminComment summary. Each step's failure is recorded and the next steps still run; a
-drain never overrides a node an admin drained.
+AdminComment summary. Each step's failure is recorded and the next steps still run, whatever
+it is (a SlurmError, or an OSError such as E2BIG from an absurd argument list): the decision
+is always journalled, so budgets keep counting. A drain never overrides a node an admin
+drained.
 """
 
 from __future__ import annotations
@@ -121,8 +123,8 @@ def _comment(door: SlurmDoor, job_id: int, summary: str, requeued: bool, errors:
             get_logger(job_id=job_id).info(
                 "decision_admin_comment_skipped", why="job already finished"
             )
-    except SlurmError as exc:
-        errors.append(f"admin_comment: {exc}")
+    except Exception as exc:
+        errors.append(f"admin_comment: {_describe(exc)}")
 
 
 def _drain(
@@ -137,8 +139,8 @@ def _drain(
                 continue
             door.drain(node, reason)
             drained.append(node)
-        except SlurmError as exc:
-            errors.append(f"drain {node}: {exc}")
+        except Exception as exc:
+            errors.append(f"drain {node}: {_describe(exc)}")
     return tuple(drained), tuple(skipped)
 
 
@@ -146,6 +148,12 @@ def _step(errors: list[str], what: str, action: object) -> bool:
     try:
         action()  # type: ignore[operator]
         return True
-    except SlurmError as exc:
-        errors.append(f"{what}: {exc}")
+    except Exception as exc:
+        errors.append(f"{what}: {_describe(exc)}")
         return False
+
+
+def _describe(exc: Exception) -> str:
+    """A SlurmError's own one line; anything else with its type, on one line."""
+    text = str(exc) if isinstance(exc, SlurmError) else f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())[:300]

@@ -104,6 +104,10 @@ def final_state(door: SlurmDoor, job: JobInfo, wait_s: float) -> str:
     controller's reason."""
     if job.state.finished:
         return job.state.value
+    if (job.exit_code, job.exit_signal) == (0, 0) and not _REASON_STATE.get(
+        job.state_reason.split(" ")[0]
+    ):
+        return "COMPLETED"  # a clean exit with no reason from the controller: no sacct poll
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -163,11 +167,25 @@ def output_facts(job: JobInfo, uid: int) -> list[Fact]:
     return facts
 
 
+@dataclass(frozen=True)
+class Gathered:
+    """The facts of one job end, and what was left out of them (said in the decision)."""
+
+    facts: list[Fact]
+    notes: tuple[str, ...] = ()
+
+
 def gather(
-    config: Config, ending: Ending, state_text: str, job: JobInfo | None = None
-) -> list[Fact]:
+    config: Config,
+    ending: Ending,
+    state_text: str,
+    job: JobInfo | None = None,
+    deadline: float = float("inf"),
+) -> Gathered:
     """All facts for this job end: Slurm's own, root's records, the job's records and the
-    tail of its output file."""
+    tail of its output file. Facts naming a node outside the job are dropped. When the
+    user's records are over their budget (or `deadline`, a time.monotonic() value, passes
+    while reading them), none of them count: the decision is taken on root evidence alone."""
     state, by_uid = parse_job_state(state_text)
     facts: list[Fact] = [
         SlurmState(time=ending.ended_at, source=Source.ROOT, state=state, by_uid=by_uid),
@@ -183,13 +201,45 @@ def gather(
         config.paths.evidence_dir, ending.job_id, ending.nodes, newer_than=since
     )
     users = safe_files.read_user_records(
-        config.paths.evidence_dir, ending.job_id, ending.uid, nodes=ending.nodes, newer_than=since
+        config.paths.evidence_dir,
+        ending.job_id,
+        ending.uid,
+        nodes=ending.nodes,
+        newer_than=since,
+        budget=safe_files.RecordBudget(deadline=deadline),
     )
-    for record in (*roots.records, *users.records):
+    notes: list[str] = []
+    kept_users = users.records
+    if users.over_budget:
+        kept_users = ()
+        notes.append(f"user evidence ignored ({users.over_budget}): decided on root evidence")
+    for record in (*roots.records, *kept_users):
         facts += record.facts
-    if job is not None:
+    if job is not None and not users.over_budget:
         facts += output_facts(job, ending.uid)
-    return facts
+    facts, foreign = on_job_nodes(facts, ending.nodes)
+    if foreign:
+        notes.append(f"facts naming nodes outside the job dropped: {', '.join(foreign[:5])}")
+    return Gathered(facts, tuple(notes))
+
+
+def on_job_nodes(facts: list[Fact], nodes: tuple[str, ...]) -> tuple[list[Fact], list[str]]:
+    """Facts about this job's nodes (named as Slurm names them), and the foreign names.
+
+    A user's record or log may name any node: left in, it would put arbitrary names into
+    exclusion lists, AdminComment and other nodes' histories.
+    """
+    spelling = {n.lower(): n for n in nodes}
+    kept: list[Fact] = []
+    foreign: dict[str, None] = {}
+    for fact in facts:
+        if fact.node is None:
+            kept.append(fact)
+        elif (name := spelling.get(fact.node.lower())) is not None:
+            kept.append(fact if name == fact.node else replace(fact, node=name))
+        else:
+            foreign[fact.node[:64]] = None
+    return kept, list(foreign)
 
 
 def _history(journal: Journal, job_id: int, restart: int) -> tuple[PastDecision, ...]:
@@ -210,13 +260,17 @@ def _history(journal: Journal, job_id: int, restart: int) -> tuple[PastDecision,
     return tuple(sorted(past, key=lambda p: p.restart))
 
 
-def _job_view(door: SlurmDoor, job: JobInfo, env: dict[str, str]) -> JobView:
+def _job_view(door: SlurmDoor, job: JobInfo, env: dict[str, str], *, needs_nodes: bool) -> JobView:
+    """The job as the policies see it. The partition's usable nodes (a cluster-wide sinfo)
+    are read only when nodes are blamed: nothing is excluded otherwise."""
+    usable: tuple[str, ...] = ()
     try:
-        usable = tuple(
-            n.name
-            for n in door.nodes()
-            if job.partition in n.partitions and n.responding and not n.drained
-        )
+        if needs_nodes:
+            usable = tuple(
+                n.name
+                for n in door.nodes()
+                if job.partition in n.partitions and n.responding and not n.drained
+            )
     except SlurmError:
         usable = ()
     return JobView(
@@ -286,6 +340,7 @@ def _lemons(
 def decide(
     config: Config, ending: Ending, door: SlurmDoor, journal: Journal, env: dict[str, str]
 ) -> Outcome:
+    started = time.monotonic()
     job = door.job(ending.job_id)
     # At EpilogSlurmctld time a job that just ended is COMPLETING (or already finished).
     # If Slurm requeued it before asking us (its Prolog turned it away, RequeueExit), it is
@@ -307,6 +362,8 @@ def decide(
     elif job.start_time is not None and job.start_time <= ending.ended_at:
         ending = replace(ending, started_at=job.start_time - CLOCK_SLACK_S)
     log = get_logger(job_id=ending.job_id, restart=ending.restart)
+    # Reading the user's evidence may take at most half of the decision's time.
+    read_deadline = started + config.decision.deadline_s / 2
     owner = f"{socket.gethostname()}:{os.getpid()}"
     if not journal.claim(ending.job_id, ending.restart, owner):
         log.info("decision_already_taken")
@@ -315,15 +372,18 @@ def decide(
         missing = wait_for_root_records(config, ending)
         if missing:
             log.warning("decision_missing_node_evidence", nodes=list(missing))
-    facts = gather(config, ending, state_text, job)
-    attribution = attribute(facts, window=job_window(ending.ended_at))
+    gathered = gather(config, ending, state_text, job, deadline=read_deadline)
+    attribution = attribute(gathered.facts, window=job_window(ending.ended_at))
+    if gathered.notes:
+        log.warning("decision_evidence_limited", notes=list(gathered.notes))
+        attribution = replace(attribution, reason="; ".join((attribution.reason, *gathered.notes)))
     lemons = _lemons(journal, config, ending, attribution) if node_blame(attribution) else {}
     given = PolicyInput(
         cause=attribution.cause,
         domain=attribution.domain,
         blamed=attribution.nodes,
         root_backed=attribution.root_backed,
-        job=_job_view(door, job, env),
+        job=_job_view(door, job, env, needs_nodes=bool(attribution.nodes)),
         history=_history(journal, ending.job_id, ending.restart),
         now=time.time(),
         lemons=tuple(lemons),

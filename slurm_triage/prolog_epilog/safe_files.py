@@ -20,6 +20,7 @@ import errno
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -47,6 +48,18 @@ class UnsafeEvidence(Exception):
 class ReadResult:
     records: tuple[EvidenceRecord, ...]
     rejected: tuple[str, ...]  # one line per ignored file or directory
+    over_budget: str = ""  # why reading stopped early (the records read are then partial)
+
+
+@dataclass(frozen=True)
+class RecordBudget:
+    """What one decision may spend on a job's user records: a user controls their number,
+    size and facts (4096 records of 1 MiB with 1000 facts each took minutes and GiBs)."""
+
+    max_records_per_node: int = 256
+    max_bytes: int = 32 << 20
+    max_facts: int = 20_000
+    deadline: float = float("inf")  # time.monotonic() past which reading stops
 
 
 @contextmanager
@@ -118,12 +131,14 @@ def read_user_records(
     nodes: tuple[str, ...] | None = None,
     newer_than: float | None = None,
     cap: int = MAX_RECORD_BYTES,
+    budget: RecordBudget | None = None,
 ) -> ReadResult:
     """The wrapper's records for a job (all nodes, one, or those of `nodes`), every fact
     downgraded to USER. Records older than `newer_than` (an earlier run of a requeued job)
-    are skipped."""
+    are skipped. Past the `budget` reading stops and `over_budget` says why."""
     records: list[EvidenceRecord] = []
     rejected: list[str] = []
+    spent = _Spent(budget or RecordBudget())
     try:
         with _open_dir(evidence_dir) as base, _open_dir(str(job_id), base) as job_fd:
             _check_owner(job_fd, f"{evidence_dir}/{job_id}", (uid, 0))
@@ -139,14 +154,14 @@ def read_user_records(
                 if len(records) >= MAX_RECORDS_PER_JOB:
                     rejected.append(f"{name}: more than {MAX_RECORDS_PER_JOB} records")
                     break
+                if spent.exhausted(match["node"]):
+                    break
                 try:
-                    record = parse_record(
-                        _read_capped(name, job_fd, uid, cap),
-                        max_bytes=cap,
-                        trusted_source=Source.USER,
-                    )
+                    data = _read_capped(name, job_fd, uid, cap)
+                    record = parse_record(data, max_bytes=cap, trusted_source=Source.USER)
                     _check_names(record, job_id, match["node"], name)
                     records.append(record)
+                    spent.add(match["node"], len(data), len(record.facts))
                 except (UnsafeEvidence, EvidenceError) as exc:
                     rejected.append(f"{job_id}/{name}: {exc}")
     except FileNotFoundError:
@@ -154,7 +169,34 @@ def read_user_records(
     except (UnsafeEvidence, OSError) as exc:
         rejected.append(f"{evidence_dir}/{job_id}: {exc}")
     _log_rejections(job_id, rejected)
-    return ReadResult(tuple(records), tuple(rejected))
+    return ReadResult(tuple(records), tuple(rejected), spent.why)
+
+
+class _Spent:
+    """What reading has cost so far against a RecordBudget; `why` once it is exhausted."""
+
+    def __init__(self, budget: RecordBudget) -> None:
+        self.budget = budget
+        self.bytes = self.facts = 0
+        self.per_node: dict[str, int] = {}
+        self.why = ""
+
+    def add(self, node: str, size: int, facts: int) -> None:
+        self.per_node[node] = self.per_node.get(node, 0) + 1
+        self.bytes += size
+        self.facts += facts
+
+    def exhausted(self, node: str) -> bool:
+        b = self.budget
+        if self.per_node.get(node, 0) >= b.max_records_per_node:
+            self.why = f"more than {b.max_records_per_node} records for node {node}"
+        elif self.bytes >= b.max_bytes:
+            self.why = f"more than {b.max_bytes} bytes of records"
+        elif self.facts >= b.max_facts:
+            self.why = f"more than {b.max_facts} facts in records"
+        elif time.monotonic() >= b.deadline:
+            self.why = "the decision's deadline for reading records passed"
+        return bool(self.why)
 
 
 def _older(name: str, dir_fd: int, newer_than: float | None) -> bool:
