@@ -8,6 +8,7 @@ to stream. The journal is opened read-only, so a report never blocks the decider
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -19,6 +20,7 @@ import polars as pl
 from slurm_triage.analytics.ingest import ATTRIBUTION_SCHEMA, SACCT_FIELDS, IngestError
 from slurm_triage.config import SlurmConfig
 from slurm_triage.slurm.runner import Runner
+from slurm_triage.taxonomy import Cause, Domain, info
 
 SACCT_TIMEOUT_MIN_S = 300.0
 SACCT_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
@@ -55,15 +57,35 @@ def fetch_sacct(config: SlurmConfig, since: datetime, until: datetime | None) ->
 
 # The journal keys a decision by (job id, restart count before that end): attempt n+1.
 _JOURNAL_QUERY = (
-    "SELECT job_id, restart + 1, cause FROM decisions WHERE cause IS NOT NULL AND cause != ''"
+    "SELECT job_id, restart + 1, cause, evidence FROM decisions "
+    "WHERE cause IS NOT NULL AND cause != ''"
 )
 
 
 def journal_attributions(path: Path) -> pl.DataFrame:
-    """The journal's decisions as (job_raw, attempt, cause) for ingest.attribute."""
+    """The journal's decisions as (job_raw, attempt, cause) for ingest.attribute. A node
+    fault that only the job's own evidence claimed counts as `unknown`: a user's records
+    must never make a node look like hardware in the statistics."""
     try:
         with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
             rows = db.execute(_JOURNAL_QUERY).fetchall()
     except sqlite3.Error as exc:
         raise IngestError(f"{path}: cannot read the journal: {exc}") from None
-    return pl.DataFrame(rows, schema=ATTRIBUTION_SCHEMA, orient="row")
+    kept = [(job, attempt, _confirmed(cause, evidence)) for job, attempt, cause, evidence in rows]
+    return pl.DataFrame(kept, schema=ATTRIBUTION_SCHEMA, orient="row")
+
+
+def _confirmed(cause: str, evidence: str | None) -> str:
+    """`cause`, or `unknown` for a node fault with no fact that root (or Slurm) collected."""
+    try:
+        row = info(Cause(cause))
+    except ValueError:
+        return cause
+    if not row.blames_nodes or row.domain not in (Domain.HARDWARE, Domain.INFRASTRUCTURE):
+        return cause
+    try:
+        facts = json.loads(evidence) if evidence else []
+    except ValueError:
+        facts = []
+    confirmed = any(isinstance(f, dict) and f.get("source") == "root" for f in facts)
+    return cause if confirmed else Cause.UNKNOWN.value

@@ -230,3 +230,27 @@ def test_missing_file_and_directory_are_one_line_errors(tmp_path: Path) -> None:
         ingest.read_sacct_file(tmp_path / "absent.txt")
     with pytest.raises(IngestError, match="directory"):
         ingest.read_sacct_file(tmp_path)
+
+
+def test_a_node_fault_only_the_user_claimed_is_unknown_in_analytics(tmp_path: Path) -> None:
+    """Issue 12: a user's records must never make a node look like hardware in the
+    statistics. Root-collected evidence keeps the cause; user-only evidence reads unknown."""
+    from slurm_triage.analytics.fetch import journal_attributions
+    from slurm_triage.journal import Journal
+
+    journal = Journal(tmp_path / "journal.sqlite")
+    user_claim = [{"kind": "kernel_event", "source": "user", "event": "xid", "xid": 79}]
+    root_fact = [{"kind": "kernel_event", "source": "root", "event": "xid", "xid": 79}]
+    for job, cause, evidence in (
+        (1, "gpu_unavailable", user_claim),
+        (2, "gpu_unavailable", root_fact),
+        (3, "nccl_timeout", []),
+        (4, "user_code", []),
+    ):
+        assert journal.claim(job, 0, "test")
+        journal.record(job, 0, {"cause": cause, "evidence": evidence}, [])
+    journal.close()
+    causes = dict(
+        journal_attributions(tmp_path / "journal.sqlite").select("job_raw", "cause").rows()
+    )
+    assert causes == {1: "unknown", 2: "gpu_unavailable", 3: "nccl_timeout", 4: "user_code"}
