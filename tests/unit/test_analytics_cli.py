@@ -184,7 +184,8 @@ def test_report_joins_the_decisions_journal(tmp_path: Path) -> None:
     )
     journal = Journal(tmp_path / "journal.sqlite")
     assert journal.claim(41, 0, "test")
-    journal.record(41, 0, {"cause": "gpu_memory", "state": "FAILED"})
+    root_xid = {"kind": "kernel_event", "source": "root", "event": "xid", "xid": 48}
+    journal.record(41, 0, {"cause": "gpu_memory", "state": "FAILED", "evidence": [root_xid]})
     journal.close()
     base = ["report", "--sacct", str(sacct), "--out", str(tmp_path / "out"), "--json"]
     joined = _run(*base, "--journal", str(tmp_path / "journal.sqlite"))
