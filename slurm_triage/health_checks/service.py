@@ -140,6 +140,7 @@ def _log_report(report: RunReport) -> None:
 
 def prolog(config: Config) -> int:
     """Prolog= : the fast screen. Non-zero only for a hard failure on this node."""
+    _prepare_job_dir(config)
     report = run_checks(config, mode="prolog")
     _log_report(report)
     record(config, report)
@@ -152,6 +153,31 @@ def prolog(config: Config) -> int:
     if decision.outcome is Outcome.BREAKER_OPEN:
         return 0  # a suspected broken check must not turn away every job on the cluster
     return 1 if hard else 0
+
+
+def _prepare_job_dir(config: Config) -> None:
+    """Before the job starts, make `<evidence_dir>/<job>` a directory of the job's user,
+    moving aside whatever another user planted there to deny the job its evidence
+    (safe_files.prepare_job_dir). Bounded by `health.mount_timeout_s` (the evidence
+    directory is a shared mount); never fails the prolog."""
+    import os
+
+    from slurm_triage.deadline import call_with_deadline
+    from slurm_triage.prolog_epilog.safe_files import prepare_job_dir
+
+    job, uid, gid = (os.environ.get(f"SLURM_JOB_{v}", "") for v in ("ID", "UID", "GID"))
+    if not (job.isdigit() and uid.isdigit()):
+        return
+    try:
+        call_with_deadline(
+            lambda: prepare_job_dir(
+                config.paths.evidence_dir, int(job), int(uid), int(gid) if gid.isdigit() else -1
+            ),
+            config.health.mount_timeout_s,
+            name="prepare-job-dir",
+        )
+    except Exception as exc:  # the wrapper still creates the directory itself when absent
+        get_logger(job_id=int(job)).warning("prolog_job_dir_unprepared", error=str(exc))
 
 
 def _record_for_decision(config: Config, report: RunReport) -> None:

@@ -148,7 +148,7 @@ def wait_for_root_records(config: Config, ending: Ending) -> tuple[str, ...]:
 OUTPUT_TAIL_BYTES = 1 << 20
 
 
-def output_facts(job: JobInfo, uid: int) -> list[Fact]:
+def output_facts(job: JobInfo, uid: int, deadline: float = float("inf")) -> list[Fact]:
     """Signatures in the tail of the batch script's output (jobs without the wrapper too):
     the job's own words, so USER facts. srun merges every task's output into this file, so a
     line of a multi-node job names its node only through srun's own lines (`srun: error:
@@ -157,7 +157,8 @@ def output_facts(job: JobInfo, uid: int) -> list[Fact]:
     facts: list[Fact] = []
     for path in dict.fromkeys(p for p in (job.std_out, job.std_err) if p.startswith("/")):
         try:
-            data = safe_files.read_user_tail(path, uid, OUTPUT_TAIL_BYTES)
+            left = min(safe_files.OUTPUT_READ_TIMEOUT_S, deadline - time.monotonic())
+            data = safe_files.read_user_tail(path, uid, OUTPUT_TAIL_BYTES, timeout_s=max(0.1, left))
         except safe_files.UnsafeEvidence as exc:
             get_logger(job_id=job.job_id).info("job_output_unread", detail=str(exc))
             continue
@@ -216,7 +217,7 @@ def gather(
     for record in (*roots.records, *kept_users):
         facts += record.facts
     if job is not None and not users.over_budget:
-        facts += output_facts(job, ending.uid)
+        facts += output_facts(job, ending.uid, deadline)
     facts, foreign = on_job_nodes(facts, ending.nodes)
     if foreign:
         notes.append(f"facts naming nodes outside the job dropped: {', '.join(foreign[:5])}")

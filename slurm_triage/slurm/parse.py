@@ -126,16 +126,120 @@ def _user_and_uid(text: str) -> tuple[str, int | None]:
     return (match.group(1), int(match.group(2))) if match else (text, None)
 
 
+# `scontrol show job` prints a job as lines in a fixed order (22.05: src/api/job_info.c
+# slurm_sprint_job_info; 23.02+: src/scontrol/info_job.c): `JobId=` at column 0, then each
+# line three spaces and a key. User text (JobName, WCKey, Command, WorkDir, Comment, Extra,
+# StdOut, ...) is printed raw, newlines included, so a job named `x\n   UserId=root(0) ...`
+# prints a line that looks like Slurm's. So: Slurm's lines come in this order, each at most
+# once (a repeat or a step back is user text imitating Slurm, and the record is refused);
+# the fields we read are taken from their own line only; a line that does not look like
+# Slurm's belongs to the free text before it; two records claiming the job are refused.
+_LINE_ORDER = (
+    "JobId", "SLUID", "HetJobIdSet", "UserId", "Priority", "JobState", "Requeue",
+    "DerivedExitCode", "RunTime", "SubmitTime", "AccrueTime", "ResizeTime", "StartTime",
+    "CronJob", "CrontabSpec", "PreemptEligibleTime", "SuspendTime", "Partition",
+    "ReqNodeList", "NodeList", "BatchFeatures", "BatchHost", "StepMgrEnabled", "FedOrigin",
+    "NumNodes", "TRES", "ReqTRES", "AllocTRES", "Socks/Node", "JOB_GRES", "MinCPUsNode",
+    "Features", "ClusterFeatures", "Prefer", "Reservation", "OverSubscribe", "Command",
+    "SubmitLine", "WorkDir", "AdminComment", "SystemComment", "Comment", "Extra", "StdErr",
+    "StdIn", "StdOut",
+)  # fmt: skip
+_LINE_RANK = {key: rank for rank, key in enumerate(_LINE_ORDER)}
+# Printed for every job by every Slurm since 22.05; a record without them was cut short.
+_REQUIRED_LINES = frozenset(
+    {"JobId", "UserId", "JobState", "Requeue", "RunTime", "StartTime", "Partition",
+     "ReqNodeList", "NodeList", "NumNodes", "Command", "WorkDir"}
+)  # fmt: skip
+# The whole rest of the line (and any continuation) is the value.
+_WHOLE_LINE_KEYS = ("AdminComment", "Comment", "StdErr", "StdOut")
+# What we read from each of Slurm's lines; user text on a line only ever comes after these
+# (Reason before Dependency, which has no spaces; BatchHost after BatchFeatures).
+_LINE_FIELDS = {
+    "JobId": re.compile(r"JobId=(?P<JobId>\d+)(?: |\Z)"),
+    "UserId": re.compile(r"UserId=(?P<UserId>\S*) GroupId="),
+    "JobState": re.compile(
+        r"JobState=(?P<JobState>\S+)(?: Reason=(?P<Reason>.*?))?(?: Dependency=\S*)?\s*\Z",
+        re.DOTALL,
+    ),
+    "Requeue": re.compile(
+        r"Requeue=(?P<Requeue>\d+) Restarts=(?P<Restarts>\d+) BatchFlag=(?P<BatchFlag>\d+)"
+        r" Reboot=\d+ ExitCode=(?P<ExitCode>\S+)"
+    ),
+    "RunTime": re.compile(r"RunTime=\S+ TimeLimit=(?P<TimeLimit>\S+)"),
+    "StartTime": re.compile(r"StartTime=(?P<StartTime>\S+)"),
+    "Partition": re.compile(r"Partition=(?P<Partition>\S*)"),
+    "ReqNodeList": re.compile(r"ReqNodeList=\S* ExcNodeList=(?P<ExcNodeList>\S*)"),
+    "NodeList": re.compile(r"NodeList=(?P<NodeList>\S*)"),
+    "BatchFeatures": re.compile(r".* BatchHost=(?P<BatchHost>\S*)\s*\Z", re.DOTALL),
+    "BatchHost": re.compile(r"BatchHost=(?P<BatchHost>\S*)"),
+    "NumNodes": re.compile(r"NumNodes=(?P<NumNodes>\S+)"),
+}
+_SLURM_LINE = re.compile(r"   ([A-Za-z][A-Za-z0-9_/:]*)=")
+
+
 def parse_scontrol_job(text: str, job_id: int) -> JobInfo:
-    """One job from `scontrol show job N` (multi-line form)."""
+    """One job from `scontrol show job N` (multi-line form), safe against job fields that
+    imitate Slurm's own lines (see _LINE_ORDER)."""
     if len(text) > MAX_OUTPUT_BYTES:
         raise SlurmOutputError("scontrol output too large")
-    records = [r for r in re.split(r"\n\s*\n", text) if r.strip()]
-    for record in records:
-        fields = parse_key_values(record)
-        if _int(fields.get("JobId"), -1) == job_id:
-            return _job_from_fields(fields, job_id)
-    raise SlurmOutputError(f"scontrol show job {job_id}: no record for job {job_id}")
+    mine = [r for r in _scontrol_records(text) if _record_job_id(r) == job_id]
+    if not mine:
+        raise SlurmOutputError(f"scontrol show job {job_id}: no record for job {job_id}")
+    if len(mine) > 1:
+        raise SlurmOutputError(
+            f"scontrol show job {job_id}: {len(mine)} records claim the job: a job field "
+            "(name, comment, work dir, ...) imitates scontrol's output"
+        )
+    return _job_from_fields(_record_fields(mine[0], job_id), job_id)
+
+
+def _scontrol_records(text: str) -> list[list[tuple[str, str]]]:
+    """Records as (line key, line text) lists; a line not shaped like Slurm's is appended
+    to the one before (it is the rest of a value holding a newline)."""
+    records: list[list[tuple[str, str]]] = []
+    for line in text.split("\n"):
+        match = _SLURM_LINE.match(line)
+        if line.startswith("JobId="):
+            records.append([("JobId", line)])
+        elif records and match:
+            records[-1].append((match.group(1), line[3:]))
+        elif records:
+            key, body = records[-1][-1]
+            records[-1][-1] = (key, f"{body}\n{line}")
+        elif line.strip():
+            raise SlurmOutputError("scontrol show job: output does not start with JobId=")
+    return records
+
+
+def _record_job_id(record: list[tuple[str, str]]) -> int:
+    match = _LINE_FIELDS["JobId"].match(record[0][1])
+    return int(match["JobId"]) if match else -1
+
+
+def _record_fields(record: list[tuple[str, str]], job_id: int) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    last = -1
+    for key, body in record:
+        rank = _LINE_RANK.get(key)
+        if rank is None:
+            continue  # a line of a newer Slurm, or of user text: nothing we read
+        if rank <= last:
+            raise SlurmOutputError(
+                f"scontrol show job {job_id}: a second or misplaced {key}= line: a job field "
+                "(name, comment, work dir, ...) imitates scontrol's output"
+            )
+        last = rank
+        if key in _WHOLE_LINE_KEYS:
+            fields[key] = body[len(key) + 1 :].strip()
+        elif key in _LINE_FIELDS:
+            match = _LINE_FIELDS[key].match(body)
+            if not match:
+                raise SlurmOutputError(f"scontrol show job {job_id}: unexpected {key}= line")
+            fields.update({k: v.strip() for k, v in match.groupdict().items() if v is not None})
+    missing = _REQUIRED_LINES - {key for key, _ in record}
+    if missing:
+        raise SlurmOutputError(f"scontrol show job {job_id}: no {', '.join(sorted(missing))}")
+    return fields
 
 
 def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
