@@ -47,7 +47,8 @@ SACCT_FIELDS = (
     "NNodes",
     "Timelimit",
     "Flags",
-    "Comment",
+    # Not Comment: the job's user sets it, and a newline in it printed a whole forged row
+    # (a FAILED job read as NODE_FAIL on another node). AdminComment only admins and we set.
     "AdminComment",
 )
 
@@ -304,7 +305,7 @@ def parse_sacct_job(text: str, job_id: int) -> JobInfo:
         num_nodes=_int(row["NNodes"]),
         time_limit_min=parse_time_limit_min(row["Timelimit"]),
         admin_comment=row["AdminComment"].strip(),
-        comment=row["Comment"].strip(),
+        comment="",  # not asked of sacct (see SACCT_FIELDS); scontrol's record has it
         source="sacct",
         state_text=row["State"].strip(),
     )

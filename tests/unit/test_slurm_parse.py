@@ -9,6 +9,7 @@ import pytest
 from slurm_triage.slurm.errors import SlurmOutputError
 from slurm_triage.slurm.model import JobState
 from slurm_triage.slurm.parse import (
+    SACCT_FIELDS,
     parse_exit_code,
     parse_key_values,
     parse_sacct_job,
@@ -161,3 +162,12 @@ def test_exit_code_and_version() -> None:
 def test_job_state_spellings(text: str, state: JobState) -> None:
     """Slurm's state spellings map onto the closed enum, with UNKNOWN for the rest."""
     assert JobState.parse(text) is state
+
+
+def test_no_user_text_is_asked_of_sacct() -> None:
+    """sacct prints free text raw: with the job's Comment asked for, `--comment $'x\\n3<US>
+    NODE_FAIL<US>...'` printed a forged row after the real one, and a FAILED job read as
+    NODE_FAIL on node2 (a root-sourced state in the decision). No field the job's user sets
+    is asked for, so every printed line is Slurm's own."""
+    user_text = {"Comment", "JobName", "WorkDir", "Constraints", "Reservation", "WCKey"}
+    assert not user_text & set(SACCT_FIELDS)
