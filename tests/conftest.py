@@ -9,8 +9,34 @@ from pathlib import Path
 
 import pytest
 import structlog
+from hypothesis import settings
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# Hypothesis: a fuzz failure must fail the same way on the next run and on a laptop. The
+# default profile "repro" derandomizes (each test's examples are seeded from a hash of its
+# source, so they change only with the test, Hypothesis or Python) and prints the
+# @reproduce_failure blob of a failure. HYPOTHESIS_PROFILE=explore draws fresh random
+# examples to hunt for new bugs; a failure it finds is pinned with its blob or @example.
+# Settings objects in the tests (max_examples, deadline) inherit the loaded profile.
+settings.register_profile("repro", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
+
+# Per-test timeouts above pyproject's default (pytest-timeout), by marker.
+INTEGRATION_TIMEOUT_S = 900
+SLOW_TIMEOUT_S = 1800
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Integration and slow tests get their longer timeout unless they set their own."""
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        elif item.get_closest_marker("integration") is not None:
+            item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)

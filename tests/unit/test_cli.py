@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,43 @@ import pytest
 from slurm_triage.cli.main import build_parser
 
 BIN = Path(sys.executable).parent
+# Client commands that would reach a real slurmctld/slurmdbd (a dev cluster may be up).
+SLURM_COMMANDS = ("scontrol", "sinfo", "sacct", "squeue", "sbatch", "srun", "scancel", "sacctmgr")
+# Host paths a test process must never write (journal, evidence, state, logs, config).
+HOST_PATHS = ("/var/lib", "/var/spool", "/var/log", "/etc")
+# Put first on every child's PYTHONPATH: its sitecustomize installs the audit hook.
+GUARD_HOOK_DIR = Path(__file__).parent / "_guard"
+
+
+@pytest.fixture(autouse=True)
+def _no_real_slurm_no_host_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Every child process of these tests finds fake Slurm commands first on PATH (they
+    exit 99 and say so) and runs under an audit hook that refuses Slurm commands and writes
+    under HOST_PATHS; the test fails if either was tried."""
+    guard = tmp_path / "_guard"
+    (guard / "bin").mkdir(parents=True)
+    report = guard / "refused"
+    for command in SLURM_COMMANDS:
+        fake = guard / "bin" / command
+        fake.write_text(
+            f'#!/bin/sh\necho "$$ {command} $*" >> "{report}"\n'
+            f'echo "{command}: blocked by the unit-test guard" >&2\nexit 99\n'
+        )
+        fake.chmod(0o755)
+    monkeypatch.setenv("GUARD_REPORT", str(report))
+    monkeypatch.setenv("GUARD_COMMANDS", ":".join(SLURM_COMMANDS))
+    monkeypatch.setenv("GUARD_FAKES", str(guard / "bin"))
+    monkeypatch.setenv("GUARD_PATHS", ":".join(HOST_PATHS))
+    monkeypatch.setenv("PATH", f"{guard / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    pythonpath = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(GUARD_HOOK_DIR), pythonpath]))
+    )
+    yield
+    refused = report.read_text() if report.exists() else ""
+    assert not refused, f"a child process tried to reach Slurm or write the host:\n{refused}"
 
 
 def _run(
@@ -86,10 +124,14 @@ def test_slurm_conf_programs_exit_0_with_a_log_line(program: str, tmp_path: Path
     """Each slurm.conf program runs without arguments, exits 0 and logs a JSON line."""
     log = tmp_path / "triage.log"
     config = tmp_path / "c.toml"
-    # A node with no GPUs expected and nothing else required is healthy.
+    (tmp_path / "evidence").mkdir()
+    # A node with no GPUs expected and nothing else required is healthy. Slurm's commands
+    # are looked for in an empty directory, the journal and the evidence live in tmp_path.
     config.write_text(
         f'[logging]\ndestination = "file"\nfile = "{log}"\n'
-        f'[paths]\nstate_dir = "{tmp_path}/state"\n'
+        f'[paths]\nstate_dir = "{tmp_path}/state"\nevidence_dir = "{tmp_path}/evidence"\n'
+        f'[slurm]\nbin_dir = "{tmp_path}/no-slurm"\nattempts = 1\n'
+        f'[decision]\njournal = "{tmp_path}/journal.sqlite"\nwait_for_nodes_s = 0\n'
         "[health]\nexpected_gpus = 0\n"
     )
     result = _run(
@@ -130,3 +172,27 @@ def test_slurm_conf_program_survives_broken_config(tmp_path: Path) -> None:
     result = _run([str(BIN / "slurm-triage-prolog")], {"SLURM_TRIAGE_CONFIG": str(config)})
     assert result.returncode == 0
     assert "config_invalid" in result.stderr and "slurm.backend" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import subprocess; subprocess.run(['scontrol', 'ping'], check=True)",
+        "import subprocess; subprocess.run(['/usr/bin/sinfo'])",
+        "import os; os.execv('/usr/bin/scontrol', ['scontrol', 'ping'])",
+        "import os; os.execvp('sinfo', ['sinfo'])",
+        "import sqlite3; sqlite3.connect('/var/lib/slurm-triage/guard-probe.sqlite')",
+        "open('/var/spool/slurm-triage-guard-probe', 'w')",
+        "import os; os.mkdir('/var/lib/slurm-triage-guard-probe')",
+    ],
+)
+def test_the_guard_refuses_slurm_and_host_writes(code: str, tmp_path: Path) -> None:
+    """The autouse guard stops a child that starts a Slurm command or writes the host, and
+    reports it (the report is cleared here so that only this test knows)."""
+    result = _run([sys.executable, "-c", code])
+    report = tmp_path / "_guard" / "refused"
+    assert result.returncode != 0 and "blocked by the unit-test guard" in result.stderr
+    assert report.exists() and report.read_text().strip()
+    report.unlink()
+    assert not Path("/var/lib/slurm-triage-guard-probe").exists()
+    assert not Path("/var/spool/slurm-triage-guard-probe").exists()

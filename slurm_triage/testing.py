@@ -1,0 +1,337 @@
+"""Test helpers shipped with slurm-triage: `FakeDoor`, an in-memory Slurm behind the door.
+
+    door = FakeDoor(jobs=[job_info(7, nodes=("node1", "node2"))], nodes=node_infos(4))
+    door.end_job(7, "FAILED", exit_code=1)        # as EpilogSlurmctld sees it: COMPLETING
+    door.fail("requeue", SlurmCommandError("scontrol requeue 7: Socket timed out"))
+    ...
+    assert door.methods() == ["job", "accounted_job", "requeue", "set_admin_comment"]
+
+It behaves like Slurm where our decisions depend on it, with the error classes the command
+line backend raises: a job submitted with --no-requeue (or not a batch job) refuses a
+requeue with `NotRequeueable`; a finished job refuses updates with `InvalidJobState`;
+exclusions and begin times need a pending job; excluded nodes merge with the user's own; a
+drain needs a reason and replaces whatever reason was there, as `scontrol update
+State=DRAIN` does. It does not protect an admin's drain (Slurm would not either): it
+records every drain, resume or relabel of a node an admin drained (a reason without our
+`triage: ` prefix) in `admin_drains_touched`, which a test asserts empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from slurm_triage.health_checks.actions import DRAIN_PREFIX
+from slurm_triage.slurm.door import SlurmDoor
+from slurm_triage.slurm.errors import (
+    InvalidJobState,
+    JobNotFound,
+    NodeNotFound,
+    NotRequeueable,
+    SlurmCommandError,
+)
+from slurm_triage.slurm.model import JobInfo, JobState, NodeFlag, NodeInfo
+
+__all__ = ["MUTATING", "Call", "FakeDoor", "job_info", "node_info", "node_infos"]
+
+MUTATING = frozenset(
+    {
+        "requeue",
+        "set_excluded_nodes",
+        "set_begin_time",
+        "set_admin_comment",
+        "drain",
+        "set_node_comment",
+        "resume",
+    }
+)
+# What slurmctld's reason says while a job that ended this way is COMPLETING.
+_ENDING_REASON = {
+    JobState.FAILED: "NonZeroExitCode",
+    JobState.NODE_FAIL: "NodeDown",
+    JobState.TIMEOUT: "TimeLimit",
+    JobState.PREEMPTED: "Preempted",
+    JobState.OUT_OF_MEMORY: "OutOfMemory",
+}
+
+
+def job_info(job_id: int, **changes: Any) -> JobInfo:
+    """A running two-node batch job of alice's in partition gpu that allows requeue."""
+    base = JobInfo(
+        job_id=job_id,
+        state=JobState.RUNNING,
+        state_reason="None",
+        exit_code=0,
+        exit_signal=0,
+        nodes=("node1", "node2"),
+        excluded_nodes=(),
+        restart_count=0,
+        requeue=True,
+        batch=True,
+        user="alice",
+        uid=4242,
+        partition="gpu",
+        num_nodes=2,
+        time_limit_min=60,
+        admin_comment="",
+        comment="",
+        source="fake",
+    )
+    return replace(base, **changes)
+
+
+def node_info(name: str, **changes: Any) -> NodeInfo:
+    """An idle node of partition gpu, not drained."""
+    base = NodeInfo(name, "IDLE", frozenset(), "", "", None, ("gpu",))
+    return replace(base, **changes)
+
+
+def node_infos(count: int, prefix: str = "node") -> list[NodeInfo]:
+    return [node_info(f"{prefix}{i}") for i in range(1, count + 1)]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call through the door, as made (failed ones too)."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class FakeDoor(SlurmDoor):
+    """An in-memory Slurm: `jobs` is what slurmctld shows, `accounting` what sacct shows
+    where it differs (set by `end_job`), `node_table` the nodes; `calls` every call in order."""
+
+    name = "fake"
+
+    def __init__(
+        self,
+        jobs: Iterable[JobInfo] = (),
+        nodes: Iterable[NodeInfo] = (),
+        *,
+        version: str = "22.05.8",
+        actor: str = "slurm",
+    ) -> None:
+        self.jobs: dict[int, JobInfo] = {j.job_id: j for j in jobs}
+        self.accounting: dict[int, JobInfo] = {}
+        self.node_table: dict[str, NodeInfo] = {n.name: n for n in nodes}
+        # Drained by someone else until resumed, whatever reason we may have written over it.
+        self._admin_drained = {
+            n.name
+            for n in self.node_table.values()
+            if n.drained and not n.reason.startswith(DRAIN_PREFIX)
+        }
+        self.calls: list[Call] = []
+        self.admin_drains_touched: list[Call] = []
+        self.version = version
+        self.actor = actor  # the user our updates run as (reason_user of our drains)
+        self._faults: dict[str, list[tuple[Exception, int | None]]] = {}
+
+    # -- test controls (not part of the door) ------------------------------------------
+
+    def fail(self, method: str, error: Exception, *, times: int | None = 1) -> None:
+        """Make the next `times` calls of `method` raise `error` (None: every call); a
+        SlurmError subclass as the CLI backend would raise it, or e.g. an OSError."""
+        if method not in SlurmDoor.__abstractmethods__:  # node() is nodes([name])
+            valid = ", ".join(sorted(SlurmDoor.__abstractmethods__))
+            raise ValueError(f"no door method {method!r} (valid: {valid})")
+        self._faults.setdefault(method, []).append((error, times))
+
+    def end_job(
+        self,
+        job_id: int,
+        state: JobState | str,
+        *,
+        exit_code: int = 0,
+        signal: int = 0,
+        state_text: str = "",
+    ) -> None:
+        """The job's run ended: slurmctld shows COMPLETING with the ending's reason (as
+        while EpilogSlurmctld runs), accounting the final state, e.g. 'CANCELLED by 0'."""
+        final = JobState.parse(str(state))
+        job = replace(self.jobs[job_id], exit_code=exit_code, exit_signal=signal)
+        self.accounting[job_id] = replace(
+            _accounted(job), state=final, state_text=state_text or final.value
+        )
+        reason = _ENDING_REASON.get(final, "None")
+        self.jobs[job_id] = replace(job, state=JobState.COMPLETING, state_reason=reason)
+
+    def drain_as_admin(self, node: str, reason: str, user: str = "admin") -> None:
+        """An operator's drain, done outside slurm-triage (not recorded as a call)."""
+        self.node_table[node] = _drained(self.node_table[node], reason, user)
+        self._admin_drained.add(node)
+
+    def methods(self) -> list[str]:
+        return [c.method for c in self.calls]
+
+    def calls_to(self, method: str) -> list[Call]:
+        return [c for c in self.calls if c.method == method]
+
+    def mutations(self) -> list[Call]:
+        """The calls that would change something in Slurm."""
+        return [c for c in self.calls if c.method in MUTATING]
+
+    # -- the door ------------------------------------------------------------------------
+
+    def job(self, job_id: int) -> JobInfo:
+        self._enter("job", job_id)
+        if job_id in self.jobs:
+            return self.jobs[job_id]
+        return self._accounted(job_id)  # slurmctld forgot it; accounting may know
+
+    def accounted_job(self, job_id: int) -> JobInfo:
+        self._enter("accounted_job", job_id)
+        return self._accounted(job_id)
+
+    def nodes(self, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
+        wanted = None if names is None else list(dict.fromkeys(names))
+        self._enter("nodes", None if wanted is None else tuple(wanted))
+        if wanted is None:
+            return tuple(self.node_table.values())
+        missing = [n for n in wanted if n not in self.node_table]
+        if missing:
+            raise NodeNotFound(f"unknown node(s): {','.join(sorted(missing))}")
+        return tuple(self.node_table[n] for n in wanted)
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        self._enter("requeue", job_id, hold=hold)
+        verb = "requeuehold" if hold else "requeue"
+        job = self._controller_job(job_id, f"scontrol {verb} {job_id}")
+        if not (job.batch and job.requeue):
+            raise NotRequeueable(
+                f"scontrol {verb} {job_id}: Requested operation is presently disabled "
+                f"for job {job_id}"
+            )
+        if job.state is JobState.PENDING:
+            raise InvalidJobState(f"scontrol {verb} {job_id}: Job is pending execution")
+        self.jobs[job_id] = replace(
+            job,
+            state=JobState.PENDING,
+            state_reason="JobHeldAdmin" if hold else "BeginTime",
+            restart_count=job.restart_count + 1,
+            start_time=None,
+        )
+        self.accounting.pop(job_id, None)
+
+    def set_excluded_nodes(
+        self, job_id: int, nodes: Iterable[str], *, merge: bool = True
+    ) -> tuple[str, ...]:
+        wanted = list(dict.fromkeys(nodes))
+        self._enter("set_excluded_nodes", job_id, tuple(wanted), merge=merge)
+        job = self._pending_job(job_id, "ExcNodeList")
+        unknown = [n for n in wanted if n not in self.node_table]
+        if unknown:
+            raise NodeNotFound(f"scontrol update JobId={job_id} ...: Invalid node name specified")
+        if merge:
+            wanted = list(dict.fromkeys([*job.excluded_nodes, *wanted]))
+        self.jobs[job_id] = replace(job, excluded_nodes=tuple(wanted))
+        return tuple(wanted)
+
+    def set_begin_time(self, job_id: int, delay_s: float) -> None:
+        self._enter("set_begin_time", job_id, delay_s)
+        self._pending_job(job_id, "StartTime")
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        self._enter("set_admin_comment", job_id, text)
+        if "\n" in text:
+            raise SlurmCommandError("AdminComment must be one line")
+        job = self._controller_job(job_id, f"scontrol update JobId={job_id} ...")
+        if job.state.finished:
+            raise InvalidJobState(f"scontrol update JobId={job_id} ...: Job has already finished")
+        self.jobs[job_id] = replace(job, admin_comment=text)
+
+    def drain(self, node: str, reason: str) -> None:
+        self._enter("drain", node, reason)
+        current = self._node(node)
+        reason = " ".join(reason.split())
+        if not reason:
+            raise SlurmCommandError("a drain needs a reason")
+        self._watch_admin_drain(current)
+        self.node_table[node] = _drained(current, reason, self.actor)
+
+    def set_node_comment(self, node: str, text: str) -> None:
+        self._enter("set_node_comment", node, text)
+        self.node_table[node] = replace(self._node(node), comment=" ".join(text.split()))
+
+    def resume(self, node: str) -> None:
+        self._enter("resume", node)
+        current = self._node(node)
+        if not current.drained and current.state not in ("DOWN", "FAIL"):
+            raise SlurmCommandError(
+                f"scontrol update NodeName={node} ...: Invalid node state specified"
+            )
+        self._watch_admin_drain(current)
+        self._admin_drained.discard(node)
+        flags = current.flags - {NodeFlag.DRAIN, NodeFlag.FAIL}
+        state = "IDLE" if current.state in ("DOWN", "FAIL") else current.state
+        self.node_table[node] = replace(
+            current, state=state, flags=flags, reason="", reason_user="", reason_time=None
+        )
+
+    def slurm_version(self) -> str:
+        self._enter("slurm_version")
+        return self.version
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _enter(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Record the call, then raise its injected fault, if one is pending."""
+        call = Call(method, args, kwargs)
+        self.calls.append(call)
+        faults = self._faults.get(method)
+        if not faults:
+            return
+        error, times = faults[0]
+        if times is not None:
+            if times <= 1:
+                faults.pop(0)
+            else:
+                faults[0] = (error, times - 1)
+        raise error
+
+    def _accounted(self, job_id: int) -> JobInfo:
+        if job_id in self.accounting:
+            return self.accounting[job_id]
+        if job_id in self.jobs:
+            return _accounted(self.jobs[job_id])
+        raise JobNotFound(f"job {job_id}: not known to slurmctld or accounting")
+
+    def _controller_job(self, job_id: int, command: str) -> JobInfo:
+        if job_id not in self.jobs:
+            raise JobNotFound(f"{command}: Invalid job id specified")
+        return self.jobs[job_id]
+
+    def _pending_job(self, job_id: int, what: str) -> JobInfo:
+        command = f"scontrol update JobId={job_id} {what}=..."
+        job = self._controller_job(job_id, command)
+        if job.state.finished or job.state is JobState.COMPLETING:
+            raise InvalidJobState(f"{command}: Job has already finished")
+        if job.state is not JobState.PENDING:
+            raise SlurmCommandError(f"{command}: Job is no longer pending execution")
+        return job
+
+    def _node(self, name: str) -> NodeInfo:
+        if name not in self.node_table:
+            raise NodeNotFound(f"scontrol update NodeName={name} ...: Invalid node name specified")
+        return self.node_table[name]
+
+    def _watch_admin_drain(self, node: NodeInfo) -> None:
+        if node.name in self._admin_drained:
+            self.admin_drains_touched.append(self.calls[-1])
+
+
+def _accounted(job: JobInfo) -> JobInfo:
+    """The job as sacct shows it: no requeue flag, no exclusions, no controller reason."""
+    return replace(job, requeue=False, excluded_nodes=(), state_reason="", source="sacct")
+
+
+def _drained(node: NodeInfo, reason: str, user: str) -> NodeInfo:
+    return replace(
+        node,
+        flags=node.flags | {NodeFlag.DRAIN},
+        reason=reason,
+        reason_user=user,
+        reason_time=0,
+    )

@@ -1,0 +1,523 @@
+"""The once-per-job decision end to end: evidence files as the epilog and the wrapper write
+them, a real journal, a real Config, and FakeDoor in place of slurmctld."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from contextlib import closing
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_triage.config import Config, DecisionConfig, PathsConfig, PolicyConfig, SlurmConfig
+from slurm_triage.evidence import (
+    EvidenceRecord,
+    Fact,
+    KernelEvent,
+    KernelEventKind,
+    LogHit,
+    ProcessExit,
+    Source,
+    record_to_json,
+)
+from slurm_triage.journal import DecisionRow, Journal
+from slurm_triage.prolog_epilog import safe_files
+from slurm_triage.prolog_epilog.decide import Ending, Outcome, decide, decide_from_env
+from slurm_triage.slurm import JobState, SlurmUnavailable
+from slurm_triage.taxonomy import Cause
+from slurm_triage.testing import Call, FakeDoor, job_info, node_info, node_infos
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root records need root")
+
+USER = 4242  # the job's user; its records and directory are chowned to it
+JOB = 7
+NODES = ("node1", "node2")
+
+
+class Cluster:
+    """One job on a fake cluster: its evidence directory, journal and door."""
+
+    def __init__(self, tmp_path: Path, **policy: object) -> None:
+        evidence = tmp_path / "evidence"
+        evidence.mkdir()
+        os.chmod(evidence, 0o1777)  # as installed: shared, sticky
+        self.config = Config(
+            paths=PathsConfig(evidence_dir=str(evidence), state_dir=str(tmp_path / "state")),
+            decision=DecisionConfig(journal=str(tmp_path / "journal.sqlite"), wait_for_nodes_s=0),
+            policy=PolicyConfig(**policy),  # type: ignore[arg-type]
+            slurm=SlurmConfig(bin_dir=str(tmp_path / "no-slurm-here")),
+        )
+        self.evidence = evidence
+        self.journal = Journal(self.config.decision.journal)
+        self.door = FakeDoor([job_info(JOB, nodes=NODES)], node_infos(4))
+        self.start_run()
+
+    def start_run(self) -> None:
+        """The job (again) runs on its nodes since a moment ago."""
+        job = self.door.jobs[JOB]
+        self.door.jobs[JOB] = replace(job, state=JobState.RUNNING, start_time=time.time() - 2)
+
+    def root_record(self, node: str, *facts: Fact) -> None:
+        """What the node's epilog writes: `_root/<job>/<node>.json`, owned by root."""
+        record = EvidenceRecord(str(JOB), node, "epilog", Source.ROOT, facts)
+        safe_files.write_root_record(str(self.evidence), JOB, node, record_to_json(record))
+
+    def user_record(self, node: str, *facts: Fact, claim: Source = Source.USER) -> None:
+        """What the wrapper writes as the job's user: `<job>/<node>.<step>.json`."""
+        job_dir = self.evidence / str(JOB)
+        job_dir.mkdir(exist_ok=True)
+        os.chown(job_dir, USER, USER)
+        path = job_dir / f"{node}.0.json"
+        path.write_bytes(record_to_json(EvidenceRecord(str(JOB), node, "0", claim, facts)))
+        os.chown(path, USER, USER)
+
+    def end(self, state: str = "FAILED", exit_code: int = 1, restart: int = 0) -> Outcome:
+        """The run ends and the decision runs, as EpilogSlurmctld would."""
+        self.door.end_job(JOB, state, exit_code=exit_code)
+        ending = Ending(JOB, restart, NODES, USER, exit_code, 0, time.time())
+        return decide(self.config, ending, self.door, self.journal, {})
+
+    def row(self, restart: int = 0) -> DecisionRow:
+        (row,) = [r for r in self.journal.decisions(job_id=JOB) if r.restart == restart]
+        return row
+
+    def events(self, node: str) -> list[str]:
+        return [e.kind for e in self.journal.node_events(0, node)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Cluster:
+    return Cluster(tmp_path)
+
+
+def xid79(node: str, source: Source = Source.ROOT) -> KernelEvent:
+    return KernelEvent(
+        node=node,
+        time=time.time() - 1,
+        source=source,
+        event=KernelEventKind.XID,
+        xid=79,
+        detail="GPU has fallen off the bus",
+    )
+
+
+def nccl_timeout(node: str = "node1") -> tuple[Fact, ...]:
+    now = time.time()
+    return (
+        LogHit(
+            node=node,
+            time=now - 1,
+            source=Source.USER,
+            signature="torch.nccl_watchdog_timeout",
+            cause=Cause.NCCL_TIMEOUT,
+            excerpt="Watchdog caught collective operation timeout",
+        ),
+        ProcessExit(node=node, time=now, source=Source.USER, exit_code=1),
+    )
+
+
+def comment(door: FakeDoor) -> dict[str, object]:
+    (call,) = door.calls_to("set_admin_comment")
+    summary: dict[str, object] = json.loads(call.args[1])["triage"]
+    return summary
+
+
+# -- blame tiers --------------------------------------------------------------------------
+
+
+def test_root_backed_xid79_requeues_excluding_and_drains_the_node(cluster: Cluster) -> None:
+    """Root's XID 79 on node2: requeue, exclude node2, drain it with our prefix, summarise."""
+    cluster.root_record("node1")
+    cluster.root_record("node2", xid79("node2"))
+    out = cluster.end()
+    door = cluster.door
+    assert [c.method for c in door.mutations()] == [
+        "requeue",
+        "set_excluded_nodes",
+        "drain",
+        "set_admin_comment",
+    ]
+    assert door.calls_to("requeue") == [Call("requeue", (JOB,), {"hold": False})]
+    assert door.jobs[JOB].excluded_nodes == ("node2",)
+    assert door.node("node2").reason.startswith("triage: gpu_unavailable job=7: ")
+    assert comment(door) == {
+        "cause": "gpu_unavailable",
+        "nodes": ["node2"],
+        "action": "requeue",
+        "n": 1,
+        "excluded": ["node2"],
+    }
+    row = cluster.row()
+    assert (row.cause, row.action, row.root_backed, row.blamed) == (
+        "gpu_unavailable",
+        "requeue",
+        True,
+        ("node2",),
+    )
+    assert (row.excluded, row.drained, row.outcome, row.applied) == (
+        ("node2",),
+        ("node2",),
+        "ok",
+        True,
+    )
+    assert cluster.events("node2") == ["blamed", "excluded", "drained"]
+    assert cluster.events("node1") == []
+    assert out.applied is not None and out.applied.drained == ("node2",)
+
+
+@pytest.mark.parametrize("claim", [Source.USER, Source.ROOT], ids=["user", "forged_root"])
+def test_users_xid_claim_requeues_excluding_but_never_drains(
+    cluster: Cluster, claim: Source
+) -> None:
+    """The job's own record naming XID 79 (even one claiming to be root's) excludes node2
+    for this job's requeue but drains nothing and counts nothing against node2."""
+    cluster.user_record("node2", xid79("node2", claim), claim=claim)
+    cluster.end()
+    door = cluster.door
+    assert [c.method for c in door.mutations()] == [
+        "requeue",
+        "set_excluded_nodes",
+        "set_admin_comment",
+    ]
+    assert not door.node("node2").drained
+    row = cluster.row()
+    assert (row.cause, row.blamed, row.root_backed, row.drained) == (
+        "gpu_unavailable",
+        ("node2",),
+        False,
+        (),
+    )
+    assert row.excluded == ("node2",)
+    assert "not draining node2: only the job's own evidence" in row.reasons
+    assert cluster.events("node2") == ["excluded"]  # excluded by a job, never blamed
+
+
+def test_exclusion_is_merged_with_the_users_own_exclude(cluster: Cluster) -> None:
+    """The user's --exclude=node4 stays when node2 is excluded; the journal has both."""
+    cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], excluded_nodes=("node4",))
+    cluster.root_record("node2", xid79("node2"))
+    cluster.end()
+    assert cluster.door.jobs[JOB].excluded_nodes == ("node4", "node2")
+    assert cluster.row().excluded == ("node4", "node2")
+    assert comment(cluster.door)["excluded"] == ["node2"]
+
+
+# -- admin drains ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["before", "at_start"])
+def test_a_node_an_admin_drained_is_never_redrained_resumed_or_relabelled(
+    tmp_path: Path, how: str
+) -> None:
+    """node2 drained by an admin for another reason: root's XID 79 still excludes it, but
+    its drain, reason and comment stay the admin's."""
+    cluster = Cluster(tmp_path)
+    admin = "fan replacement, ticket 4711"
+    if how == "before":
+        cluster.door.drain_as_admin("node2", admin)
+    else:
+        cluster.door = FakeDoor(
+            [cluster.door.jobs[JOB]],
+            [node_info("node1"), node_info("node2", flags=frozenset({"DRAIN"}), reason=admin)]
+            + node_infos(4)[2:],
+        )
+    cluster.root_record("node2", xid79("node2"))
+    out = cluster.end()
+    door = cluster.door
+    assert door.admin_drains_touched == []
+    assert not {"drain", "resume", "set_node_comment"} & set(door.methods())
+    assert door.node("node2").reason == admin and door.node("node2").drained
+    assert out.applied is not None and out.applied.skipped_drains == ("node2",)
+    assert door.jobs[JOB].excluded_nodes == ("node2",)
+    row = cluster.row()
+    assert row.drained == () and row.outcome == "ok"
+    assert "drained" not in cluster.events("node2")
+
+
+# -- the exit code comes from the ending ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exit_code2", "state", "cause", "mutations"),
+    [
+        ("0:0", "COMPLETED", "completed", []),
+        ("1:0", "FAILED", "unknown", ["requeue", "set_admin_comment"]),
+        ("0:11", "FAILED", "segfault", ["set_admin_comment"]),
+    ],
+)
+def test_exit_code_and_signal_are_read_from_the_ending(
+    cluster: Cluster, exit_code2: str, state: str, cause: str, mutations: list[str]
+) -> None:
+    """SLURM_JOB_EXIT_CODE2 (code:signal) is the ending's exit: it decides between success,
+    an unexplained failure (requeued once) and a crash (left ended), and is journalled."""
+    code, _, signal = exit_code2.partition(":")
+    cluster.door.end_job(JOB, state, exit_code=int(code), signal=int(signal))
+    env = {
+        "SLURM_JOB_ID": str(JOB),
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURM_JOB_UID": str(USER),
+        "SLURM_JOB_EXIT_CODE2": exit_code2,
+        "SLURM_JOB_RESTART_COUNT": "0",
+    }
+    cluster.journal.close()
+    out = decide_from_env(cluster.config, env, door=cluster.door)
+    assert out is not None and out.attribution is not None
+    assert out.attribution.cause.value == cause
+    assert [c.method for c in cluster.door.mutations()] == mutations
+    cluster.journal = Journal(cluster.config.decision.journal)
+    row = cluster.row()
+    assert row.cause == cause and row.state == state
+    with closing(sqlite3.connect(cluster.config.decision.journal)) as db:
+        stored = db.execute(
+            "SELECT exit_code, exit_signal, nodes FROM decisions WHERE job_id = ?", (JOB,)
+        ).fetchone()
+    assert stored == (int(code), int(signal), '["node1", "node2"]')
+
+
+def test_ending_without_an_exit_code_takes_the_controllers(cluster: Cluster) -> None:
+    """A first node's Epilog has no SLURM_JOB_EXIT_CODE2: a job that crashed with SIGSEGV is
+    still a segfault (left ended), not an unexplained failure that is requeued."""
+    cluster.door.end_job(JOB, "FAILED", signal=11)
+    env = {"SLURM_JOB_ID": str(JOB), "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_UID": str(USER)}
+    cluster.journal.close()
+    out = decide_from_env(cluster.config, env, door=cluster.door)
+    assert out is not None and out.attribution is not None
+    assert out.attribution.cause is Cause.SEGFAULT
+    assert "requeue" not in cluster.door.methods()
+
+
+def test_a_failed_ending_is_never_recorded_as_completed(cluster: Cluster) -> None:
+    """The ending says 1:0 while the controller still shows 0:0 with no reason: the state is
+    read from accounting (FAILED), not assumed COMPLETED (which also skips waiting for the
+    nodes' root records)."""
+    cluster.door.end_job(JOB, "FAILED", exit_code=1)
+    cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], exit_code=0, state_reason="None")
+    decide(
+        cluster.config,
+        Ending(JOB, 0, NODES, USER, 1, 0, time.time()),
+        cluster.door,
+        cluster.journal,
+        {},
+    )
+    assert cluster.row().state == "FAILED"
+
+
+def test_ending_from_env_splits_code_and_signal() -> None:
+    """Slurm's `code:signal` and the hostlist become the Ending's fields."""
+    ending = Ending.from_env(
+        {
+            "SLURM_JOB_ID": "12",
+            "SLURM_JOB_NODELIST": "gpu[01-03]",
+            "SLURM_JOB_UID": "1000",
+            "SLURM_JOB_EXIT_CODE2": "137:9",
+            "SLURM_JOB_RESTART_COUNT": "2",
+        },
+        now=5.0,
+    )
+    assert (ending.job_id, ending.restart, ending.uid) == (12, 2, 1000)
+    assert (ending.exit_code, ending.exit_signal, ending.nodes) == (
+        137,
+        9,
+        ("gpu01", "gpu02", "gpu03"),
+    )
+
+
+# -- requeue budgets from the journal -------------------------------------------------------
+
+
+def _second_run(cluster: Cluster, *facts: Fact) -> Outcome:
+    cluster.start_run()
+    cluster.user_record("node1", *facts)
+    return cluster.end(restart=1)
+
+
+def test_second_nccl_timeout_is_requeued_after_backoff(cluster: Cluster) -> None:
+    """The journal's first NCCL timeout makes the second one wait backoff_base_s."""
+    cluster.user_record("node1", *nccl_timeout())
+    cluster.end()
+    assert "set_begin_time" not in cluster.door.methods()
+    assert cluster.row(0).action == "requeue"
+    cluster.door.calls.clear()
+    _second_run(cluster, *nccl_timeout())
+    assert [c.method for c in cluster.door.mutations()] == [
+        "requeue",
+        "set_begin_time",
+        "set_admin_comment",
+    ]
+    assert cluster.door.calls_to("set_begin_time") == [Call("set_begin_time", (JOB, 60.0))]
+    row = cluster.row(1)
+    assert row.action == "requeue" and "1 earlier requeue(s) for nccl_timeout: start in 60s" in (
+        row.reasons
+    )
+    assert comment(cluster.door)["n"] == 2
+
+
+def test_node_failure_budget_holds_the_second_nccl_timeout(tmp_path: Path) -> None:
+    """With max_node_failure_requeues = 1 the second NCCL timeout is requeued held."""
+    cluster = Cluster(tmp_path, max_node_failure_requeues=1)
+    cluster.user_record("node1", *nccl_timeout())
+    cluster.end()
+    cluster.door.calls.clear()
+    out = _second_run(cluster, *nccl_timeout())
+    assert cluster.door.calls_to("requeue") == [Call("requeue", (JOB,), {"hold": True})]
+    assert out.applied is not None and (out.applied.held, out.applied.requeued) == (True, False)
+    assert cluster.door.jobs[JOB].state_reason == "JobHeldAdmin"
+    row = cluster.row(1)
+    assert row.action == "hold"
+    assert "node_failure requeue budget spent (1 of 1): held" in row.reasons
+    assert comment(cluster.door)["action"] == "hold"
+
+
+def test_budget_is_per_family_a_hardware_requeue_spends_the_nccl_one(tmp_path: Path) -> None:
+    """XID 79 and an NCCL timeout are one family (node failure): one budget between them."""
+    cluster = Cluster(tmp_path, max_node_failure_requeues=1)
+    cluster.root_record("node2", xid79("node2"))
+    cluster.end()
+    assert cluster.row(0).action == "requeue"
+    os.unlink(cluster.evidence / "_root" / str(JOB) / "node2.json")
+    _second_run(cluster, *nccl_timeout())
+    assert cluster.row(1).cause == "nccl_timeout" and cluster.row(1).action == "hold"
+
+
+def test_an_unknown_failure_is_requeued_once_then_held(tmp_path: Path) -> None:
+    """Unknown has its own family budget of one, untouched by an earlier NCCL timeout."""
+    cluster = Cluster(tmp_path, max_node_failure_requeues=1)
+    cluster.user_record("node1", *nccl_timeout())
+    cluster.end()
+    os.unlink(cluster.evidence / str(JOB) / "node1.0.json")
+    cluster.start_run()
+    cluster.end(restart=1)
+    assert (cluster.row(1).cause, cluster.row(1).action) == ("unknown", "requeue")
+    cluster.start_run()
+    cluster.end(restart=2)
+    assert (cluster.row(2).cause, cluster.row(2).action) == ("unknown", "hold")
+    assert "unknown requeue budget spent (1 of 1): held" in cluster.row(2).reasons
+
+
+def test_slurms_own_restart_count_spends_the_total_budget(tmp_path: Path) -> None:
+    """A job Slurm (or an admin) requeued max_requeues times is held, our journal empty."""
+    cluster = Cluster(tmp_path, max_requeues=3)
+    cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], restart_count=3)
+    cluster.user_record("node1", *nccl_timeout())
+    cluster.end(restart=3)
+    assert cluster.door.calls_to("requeue") == [Call("requeue", (JOB,), {"hold": True})]
+    assert "requeue budget spent (3 of 3): held" in cluster.row(3).reasons
+
+
+# -- failures and dry runs ----------------------------------------------------------------
+
+
+def test_no_exclusion_after_a_failed_requeue(cluster: Cluster) -> None:
+    """A refused requeue: no ExcNodeList update, no begin time; the drain and the summary
+    still happen and the journal row carries the error."""
+    cluster.door.fail(
+        "requeue", SlurmUnavailable("scontrol requeue 7: Unable to contact slurm controller")
+    )
+    cluster.root_record("node2", xid79("node2"))
+    out = cluster.end()
+    door = cluster.door
+    assert [c.method for c in door.mutations()] == ["requeue", "drain", "set_admin_comment"]
+    assert door.jobs[JOB].excluded_nodes == () and door.jobs[JOB].restart_count == 0
+    assert comment(door)["n"] == 0
+    assert out.applied is not None and out.applied.excluded == ()
+    row = cluster.row()
+    assert row.excluded == () and row.drained == ("node2",) and not row.applied
+    assert row.outcome == "requeue: scontrol requeue 7: Unable to contact slurm controller"
+    assert cluster.events("node2") == ["blamed", "drained"]
+
+
+def test_dry_run_decides_and_records_without_changing_slurm(tmp_path: Path) -> None:
+    """policy.act = false: the decision is journalled (outcome dry_run), Slurm only read."""
+    cluster = Cluster(tmp_path, act=False)
+    cluster.root_record("node2", xid79("node2"))
+    out = cluster.end()
+    assert cluster.door.mutations() == []
+    assert set(cluster.door.methods()) <= {"job", "accounted_job", "nodes"}
+    assert not cluster.door.node("node2").drained
+    assert out.decision is not None and out.decision.exclude == ("node2",)
+    row = cluster.row()
+    assert (row.action, row.outcome, row.applied) == ("requeue", "dry_run", False)
+    assert row.excluded == () and row.drained == ()
+    # What would have been excluded still counts in the node's history.
+    assert cluster.events("node2") == ["blamed", "excluded"]
+
+
+def test_a_second_decider_for_the_same_job_end_does_nothing(cluster: Cluster) -> None:
+    """The journal's claim admits one decision per (job, restart): a rerun reads, acts not."""
+    cluster.root_record("node2", xid79("node2"))
+    assert cluster.end().decided
+    cluster.door.calls.clear()
+    ending = Ending(JOB, 0, NODES, USER, 1, 0, time.time())
+    again = decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    assert not again.decided and cluster.door.mutations() == []
+
+
+def test_a_job_slurm_requeued_itself_is_not_requeued_twice(cluster: Cluster) -> None:
+    """Slurm already requeued the job (its prolog failed): only exclusion and summary remain,
+    journalled under the run that ended."""
+    cluster.root_record("node2", xid79("node2"))
+    cluster.door.jobs[JOB] = replace(
+        cluster.door.jobs[JOB], state=JobState.PENDING, restart_count=1, start_time=None
+    )
+    ending = Ending(JOB, 1, NODES, USER, 1, 0, time.time())
+    decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    assert "requeue" not in cluster.door.methods()
+    assert [c.method for c in cluster.door.mutations()] == [
+        "set_excluded_nodes",
+        "drain",
+        "set_admin_comment",
+    ]
+    assert cluster.row(0).state == "REQUEUED" and cluster.row(0).excluded == ("node2",)
+
+
+# -- where the facts come from ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "exit_code", "expected"), [("FAILED", 1, "FAILED"), ("NODE_FAIL", 0, "NODE_FAIL")]
+)
+def test_end_state_falls_back_to_the_controllers_reason_without_accounting(
+    cluster: Cluster, state: str, exit_code: int, expected: str
+) -> None:
+    """slurmdbd down: the COMPLETING job's reason (NonZeroExitCode, NodeDown) gives the state."""
+    cluster.door.fail(
+        "accounted_job", SlurmUnavailable("sacct: slurmdbd: Connection refused"), times=None
+    )
+    cluster.end(state, exit_code=exit_code)
+    assert cluster.door.methods()[:2] == ["job", "accounted_job"]
+    assert cluster.row().state == expected
+
+
+def test_a_job_without_the_wrapper_is_attributed_from_its_output_file(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """No records at all: the tail of the batch output file (the user's words) names the
+    NCCL timeout, read as the user's evidence."""
+    output = tmp_path / "slurm-7.out"
+    output.write_text("step 100\n[rank0]: Watchdog caught collective operation timeout\n")
+    os.chown(output, USER, USER)
+    cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], std_out=str(output))
+    cluster.end()
+    row = cluster.row()
+    assert (row.cause, row.action) == ("nccl_timeout", "requeue")
+    assert any(e.get("source") == "user" and e.get("kind") == "log_signature" for e in row.evidence)
+
+
+def test_a_record_naming_a_node_outside_the_job_excludes_nothing(cluster: Cluster) -> None:
+    """A user's record about node4 (not the job's) cannot get node4 excluded or blamed."""
+    cluster.user_record("node1", xid79("node4", Source.USER))
+    cluster.end()
+    assert cluster.door.jobs[JOB].excluded_nodes == ()
+    assert "node4" not in cluster.row().blamed and cluster.events("node4") == []
+
+
+def test_a_bad_environment_is_logged_not_raised(cluster: Cluster) -> None:
+    """EpilogSlurmctld without SLURM_JOB_ID: no decision, no exception, Slurm untouched."""
+    assert (
+        decide_from_env(cluster.config, {"SLURM_JOB_NODELIST": "node1"}, door=cluster.door) is None
+    )
+    assert cluster.door.calls == []
