@@ -67,8 +67,10 @@ class Ending:
     restart: int
     nodes: tuple[str, ...]
     uid: int
-    exit_code: int
-    exit_signal: int
+    # None when Slurm did not say (SLURM_JOB_EXIT_CODE2 is EpilogSlurmctld's alone): the
+    # controller's ExitCode is read then.
+    exit_code: int | None
+    exit_signal: int | None
     ended_at: float
     # When the run that ended started: records older than this belong to earlier runs of a
     # requeued job (same job id, same directory) and must not be read as this run's.
@@ -76,15 +78,16 @@ class Ending:
 
     @classmethod
     def from_env(cls, env: dict[str, str], now: float) -> Ending:
-        code, _, sig = env.get("SLURM_JOB_EXIT_CODE2", "0:0").partition(":")
+        exit2 = env.get("SLURM_JOB_EXIT_CODE2")
+        code, _, sig = (exit2 or "").partition(":")
         nodes = hostlist.expand(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
         return cls(
             job_id=int(env["SLURM_JOB_ID"]),
             restart=int(env.get("SLURM_JOB_RESTART_COUNT") or 0),
             nodes=tuple(nodes),
             uid=int(env.get("SLURM_JOB_UID", "-1")),
-            exit_code=int(code or 0),
-            exit_signal=int(sig or 0),
+            exit_code=int(code or 0) if exit2 else None,
+            exit_signal=int(sig or 0) if exit2 else None,
             ended_at=now,
         )
 
@@ -98,15 +101,16 @@ class Outcome:
     applied: actuator.Applied | None = None
 
 
-def final_state(door: SlurmDoor, job: JobInfo, wait_s: float) -> str:
+def final_state(
+    door: SlurmDoor, job: JobInfo, wait_s: float, ending_exit: tuple[int, int] = (0, 0)
+) -> str:
     """The job's end state ("CANCELLED by 0" style): from the controller once final, else
     from accounting (slurmctld shows COMPLETING while EpilogSlurmctld runs), else from the
     controller's reason."""
     if job.state.finished:
         return job.state.value
-    if (job.exit_code, job.exit_signal) == (0, 0) and not _REASON_STATE.get(
-        job.state_reason.split(" ")[0]
-    ):
+    clean = (job.exit_code, job.exit_signal) == ending_exit == (0, 0)
+    if clean and not _REASON_STATE.get(job.state_reason.split(" ")[0]):
         return "COMPLETED"  # a clean exit with no reason from the controller: no sacct poll
     deadline = time.monotonic() + wait_s
     while True:
@@ -343,6 +347,8 @@ def decide(
 ) -> Outcome:
     started = time.monotonic()
     job = door.job(ending.job_id)
+    if ending.exit_code is None:
+        ending = replace(ending, exit_code=job.exit_code, exit_signal=job.exit_signal)
     # At EpilogSlurmctld time a job that just ended is COMPLETING (or already finished).
     # If Slurm requeued it before asking us (its Prolog turned it away, RequeueExit), it is
     # pending or running again, or accounting already says REQUEUED; Slurm then reports the
@@ -350,7 +356,12 @@ def decide(
     state_text = (
         "REQUEUED"
         if job.state in _RUNNING_AGAIN
-        else final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
+        else final_state(
+            door,
+            job,
+            min(5.0, config.decision.wait_for_nodes_s),
+            (ending.exit_code or 0, ending.exit_signal or 0),
+        )
     )
     requeued_by_slurm = state_text == "REQUEUED"
     if requeued_by_slurm:
