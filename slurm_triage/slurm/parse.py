@@ -162,9 +162,10 @@ _LINE_FIELDS = {
         r"JobState=(?P<JobState>\S+)(?: Reason=(?P<Reason>.*?))?(?: Dependency=\S*)?\s*\Z",
         re.DOTALL,
     ),
+    # Slurm's numbers only (versions add or drop keys such as Reboot=): each read on its own.
     "Requeue": re.compile(
-        r"Requeue=(?P<Requeue>\d+) Restarts=(?P<Restarts>\d+) BatchFlag=(?P<BatchFlag>\d+)"
-        r" Reboot=\d+ ExitCode=(?P<ExitCode>\S+)"
+        r"(?=.*\bRestarts=(?P<Restarts>\d+))(?=.*\bBatchFlag=(?P<BatchFlag>\d+))"
+        r"(?=.*\bExitCode=(?P<ExitCode>\d+:\d+))Requeue=(?P<Requeue>\d+)"
     ),
     "RunTime": re.compile(r"RunTime=\S+ TimeLimit=(?P<TimeLimit>\S+)"),
     "StartTime": re.compile(r"StartTime=(?P<StartTime>\S+)"),

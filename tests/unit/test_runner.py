@@ -23,6 +23,7 @@ from slurm_triage.slurm import (
     open_door,
 )
 from slurm_triage.slurm.runner import Runner
+from tests.conftest import FIXTURES
 
 
 def _fake(bin_dir: Path, name: str, body: str) -> None:
@@ -130,13 +131,16 @@ def test_missing_command_is_unavailable(tmp_path: Path) -> None:
 def test_cli_door_merges_user_exclusions(bin_dir: Path) -> None:
     """set_excluded_nodes keeps the user's own ExcNodeList and sends the merged hostlist."""
     log = bin_dir / "calls"
+    # A real record (recorded on Slurm 22.05) for job 7 whose user excluded node[3-4].
+    record = (FIXTURES / "slurm" / "scontrol_show_job_running.txt").read_text()
+    record = record.replace("JobId=2 ", "JobId=7 ", 1).replace(
+        "ExcNodeList=node3\n", "ExcNodeList=node[3-4]\n", 1
+    )
+    (bin_dir / "job7.txt").write_text(record)
     _fake(
         bin_dir,
         "scontrol",
-        f'echo "$@" >> {log}\n'
-        'if [ "$1" = show ]; then printf "JobId=7 JobName=x\\n   JobState=PENDING '
-        "Reason=BeginTime\\n   Requeue=1 Restarts=1 BatchFlag=1 ExitCode=0:0\\n"
-        '   ReqNodeList=(null) ExcNodeList=node[3-4]\\n   NodeList=\\n"; fi',
+        f'echo "$@" >> {log}\nif [ "$1" = show ]; then cat {bin_dir}/job7.txt; fi',
     )
     door = open_door(SlurmConfig(bin_dir=str(bin_dir), backend="cli"))
     assert door.set_excluded_nodes(7, ["node2", "node3"]) == ("node3", "node4", "node2")
