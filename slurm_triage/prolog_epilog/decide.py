@@ -32,7 +32,7 @@ from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.prolog_epilog import actuator, safe_files
 from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_door
-from slurm_triage.taxonomy import Domain, info, parse_cause
+from slurm_triage.taxonomy import Action, Domain, info, parse_cause
 
 WINDOW_BEFORE_S = 600.0
 CLOCK_SLACK_S = 5.0
@@ -101,17 +101,12 @@ class Outcome:
     applied: actuator.Applied | None = None
 
 
-def final_state(
-    door: SlurmDoor, job: JobInfo, wait_s: float, ending_exit: tuple[int, int] = (0, 0)
-) -> str:
+def final_state(door: SlurmDoor, job: JobInfo, wait_s: float) -> str:
     """The job's end state ("CANCELLED by 0" style): from the controller once final, else
     from accounting (slurmctld shows COMPLETING while EpilogSlurmctld runs), else from the
     controller's reason."""
     if job.state.finished:
         return job.state.value
-    clean = (job.exit_code, job.exit_signal) == ending_exit == (0, 0)
-    if clean and not _REASON_STATE.get(job.state_reason.split(" ")[0]):
-        return "COMPLETED"  # a clean exit with no reason from the controller: no sacct poll
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -265,6 +260,11 @@ def _history(journal: Journal, job_id: int, restart: int) -> tuple[PastDecision,
     return tuple(sorted(past, key=lambda p: p.restart))
 
 
+def _may_exclude(attribution: Attribution) -> bool:
+    """Whether the policies may exclude nodes: only then is the partition's node list read."""
+    return bool(attribution.nodes) and info(attribution.cause).action is Action.REQUEUE_EXCLUDE
+
+
 def _job_view(door: SlurmDoor, job: JobInfo, env: dict[str, str], *, needs_nodes: bool) -> JobView:
     """The job as the policies see it. The partition's usable nodes (a cluster-wide sinfo)
     are read only when nodes are blamed: nothing is excluded otherwise."""
@@ -356,12 +356,9 @@ def decide(
     state_text = (
         "REQUEUED"
         if job.state in _RUNNING_AGAIN
-        else final_state(
-            door,
-            job,
-            min(5.0, config.decision.wait_for_nodes_s),
-            (ending.exit_code or 0, ending.exit_signal or 0),
-        )
+        # Even a clean exit is asked of accounting: when Slurm requeues a job itself (its
+        # Prolog failed) the controller still shows 0:0 and no reason at this point.
+        else final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
     )
     requeued_by_slurm = state_text == "REQUEUED"
     if requeued_by_slurm:
@@ -395,7 +392,7 @@ def decide(
         domain=attribution.domain,
         blamed=attribution.nodes,
         root_backed=attribution.root_backed,
-        job=_job_view(door, job, env, needs_nodes=bool(attribution.nodes)),
+        job=_job_view(door, job, env, needs_nodes=_may_exclude(attribution)),
         history=_history(journal, ending.job_id, ending.restart),
         now=time.time(),
         lemons=tuple(lemons),

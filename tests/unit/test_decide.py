@@ -21,6 +21,7 @@ from slurm_triage.evidence import (
     KernelEventKind,
     LogHit,
     ProcessExit,
+    RootException,
     Source,
     record_to_json,
 )
@@ -521,3 +522,21 @@ def test_a_bad_environment_is_logged_not_raised(cluster: Cluster) -> None:
         decide_from_env(cluster.config, {"SLURM_JOB_NODELIST": "node1"}, door=cluster.door) is None
     )
     assert cluster.door.calls == []
+
+
+def test_a_completed_job_costs_no_cluster_wide_read(cluster: Cluster) -> None:
+    """Issue 12 item 3: most job ends are clean; they must not pay for a cluster-wide sinfo.
+    The job itself is read, and accounting once (it already has the final state)."""
+    cluster.end(state="COMPLETED", exit_code=0)
+    assert cluster.row().cause == "completed"
+    assert cluster.door.methods() == ["job", "accounted_job"]
+
+
+def test_a_user_error_blaming_no_node_reads_no_node_list(cluster: Cluster) -> None:
+    """A KeyError excludes nothing, so the partition's usable nodes (sinfo) are not read."""
+    cluster.user_record(
+        "node2", RootException(node="node2", exc_type="KeyError", message="'lr'", time=time.time())
+    )
+    cluster.end()
+    assert cluster.row().cause == "user_code"
+    assert "nodes" not in cluster.door.methods()
