@@ -67,3 +67,16 @@ def devcluster() -> Iterator[object]:
     finally:
         if not os.environ.get("SLURM_TRIAGE_KEEP_DEVCLUSTER"):
             cluster.down(layout)
+
+
+def load_by_path(name: str, path: Path):  # type: ignore[no-untyped-def]
+    """A helper module of a test data folder (not a package), loaded from its file."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import pytest
 
 from slurm_triage.attribution import attribute
 from slurm_triage.taxonomy import Cause
+from tests.conftest import load_by_path
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 REQUIRED_HARD_CASES = {
@@ -23,16 +22,7 @@ REQUIRED_HARD_CASES = {
 }
 
 
-def _load_module():
-    spec = importlib.util.spec_from_file_location("corpus_cases", CORPUS / "cases.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["corpus_cases"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-cases_module = _load_module()
+cases_module = load_by_path("corpus_cases", CORPUS / "cases.py")
 CASES = cases_module.load_cases(CORPUS)
 
 

@@ -12,8 +12,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from slurm_triage.attribution import attribute
 from slurm_triage.evidence import (
     EvidenceRecord,
@@ -30,8 +28,9 @@ from slurm_triage.policies import Decision, Verdict
 from slurm_triage.prolog_epilog import actuator, safe_files
 from slurm_triage.prolog_epilog.decide import on_job_nodes
 from slurm_triage.taxonomy import Cause
+from tests.unit.conftest import JOB_USER
 
-USER = 4242
+USER = JOB_USER
 
 
 def _key_error(node: str = "node1") -> list:  # type: ignore[type-arg]
@@ -98,14 +97,6 @@ def _record(job_dir: Path, node: str, task: int, facts: int) -> None:
     path = job_dir / f"{node}.0.{task}.json"
     path.write_bytes(body)
     os.chown(path, USER, USER)
-
-
-@pytest.fixture
-def job_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "77"
-    d.mkdir()
-    os.chown(d, USER, USER)
-    return d
 
 
 def test_user_records_stop_at_the_per_node_budget(job_dir: Path) -> None:

@@ -6,28 +6,18 @@ overall percentage, so no single case can regress unnoticed. See tests/realworld
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from slurm_triage.attribution import attribute
 from slurm_triage.taxonomy import Cause, info
+from tests.conftest import load_by_path
 
 REALWORLD = Path(__file__).resolve().parents[1] / "realworld"
 
 
-def _load_module():
-    spec = importlib.util.spec_from_file_location("realworld_cases", REALWORLD / "cases.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["realworld_cases"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-CASES = _load_module().load_cases(REALWORLD)
+CASES = load_by_path("realworld_cases", REALWORLD / "cases.py").load_cases(REALWORLD)
 
 
 def test_realworld_corpus_is_big_and_every_case_is_sourced_and_argued():

@@ -18,8 +18,9 @@ from slurm_triage.evidence import (
     record_to_json,
 )
 from slurm_triage.prolog_epilog import safe_files
+from tests.unit.conftest import JOB_USER
 
-USER = 4242  # a job user other than root; files are chowned to it
+USER = JOB_USER
 
 
 def record(job: str = "77", node: str = "node2", source: Source = Source.ROOT) -> bytes:
@@ -35,14 +36,6 @@ def record(job: str = "77", node: str = "node2", source: Source = Source.ROOT) -
     return record_to_json(
         EvidenceRecord(job_id=job, node=node, step="0", collected_by=source, facts=(fact,))
     )
-
-
-@pytest.fixture
-def job_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "77"
-    d.mkdir()
-    os.chown(d, USER, USER)
-    return d
 
 
 def _write(path: Path, data: bytes, owner: int = USER) -> Path:
