@@ -70,10 +70,13 @@ def devcluster() -> Iterator[object]:
 
 
 def load_by_path(name: str, path: Path):  # type: ignore[no-untyped-def]
-    """A helper module of a test data folder (not a package), loaded from its file."""
+    """A helper module of a test data folder (not a package), loaded once from its file (one
+    module, so its classes are the same for every test that loads it)."""
     import importlib.util
     import sys
 
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
