@@ -29,6 +29,7 @@ from slurm_triage.attribution.findings import (
     Finding,
     findings_for,
 )
+from slurm_triage.attribution.signatures import TASK_FAILURE_LINES
 from slurm_triage.evidence import (
     Fact,
     LogHit,
@@ -261,17 +262,13 @@ def _blamed(winner: Finding, per_node: dict[str | None, Finding]) -> tuple[str, 
     return tuple(sorted({f.node for f in same if f.tier == top and f.node}))
 
 
-# srun's lines for tasks that ended on their own, strongest first.
-_TASK_FAILURES = ("srun.task_exit", "srun.task_killed")
-
-
 def _failed_tasks(winner: Finding, found: list[Finding]) -> tuple[str, ...]:
     """A user error read from a merged batch log names no node; the nodes whose tasks srun
     saw fail (`srun: error: node2: task 1: Exited with exit code 1`) are where it happened.
     Only for the user's own errors: a hardware claim is never pinned on a node this way."""
     if winner.node is not None or info(winner.cause).domain is not Domain.USER:
         return ()
-    for signature in _TASK_FAILURES:
+    for signature in TASK_FAILURE_LINES:
         nodes = {
             f.node
             for f in found

@@ -21,7 +21,12 @@ from pathlib import Path
 
 from slurm_triage import hostlist
 from slurm_triage.attribution import matcher, tracebacks
-from slurm_triage.attribution.signatures import BY_NAME, CANCELLED_AFTER_FAILURE, Role
+from slurm_triage.attribution.signatures import (
+    BY_NAME,
+    CANCELLED_AFTER_FAILURE,
+    TASK_FAILURE_LINES,
+    Role,
+)
 from slurm_triage.errors import TriageError
 from slurm_triage.evidence import Fact, LogHit, RootException, Source
 
@@ -107,9 +112,11 @@ def scan_lines(
     year = year or datetime.now(UTC).year
     root = tracebacks.find_root(lines)
     failed_at = root.exc.header if root is not None else None
-    facts: list[Fact] = list(_hits(lines, node, source, year, tz, failed_at))
+    tasks = task_hosts(lines)
+    facts: list[Fact] = list(_hits(lines, node, tasks, source, year, tz, failed_at))
     if root is not None:
-        facts.append(_root_fact(root, lines, node, source, year, tz))
+        rank_node = tasks.get(str(root.rank)) if root.rank is not None else None
+        facts.append(_root_fact(root, lines, rank_node or node, source, year, tz))
     return facts
 
 
@@ -131,12 +138,12 @@ def scan_file(
 
 # Lines that show a task failed by itself: a cancel banner after one of them is collateral.
 _TASK_FAILURE_ROLES = (Role.ERROR, Role.INFRA, Role.SYMPTOM)
-_TASK_FAILURE_LINES = ("srun.task_exit", "srun.task_killed")
 
 
 def _hits(
     lines: list[str],
     node: str | None,
+    tasks: dict[str, str],
     source: Source,
     year: int,
     tz: tzinfo | None,
@@ -144,27 +151,27 @@ def _hits(
 ) -> list[LogHit]:
     text = "\n".join(lines)
     starts = _line_starts(lines)
-    tasks = task_hosts(lines)
     found: dict[tuple[str, str | None], LogHit] = {}
     first_failure = len(lines) if failed_at is None else failed_at
     for start, sig, match in matcher.scan_text(text):
         line = match.string
         index = _index_of(starts, start)
-        if sig.role in _TASK_FAILURE_ROLES or sig.name in _TASK_FAILURE_LINES:
+        if sig.role in _TASK_FAILURE_ROLES or sig.name in TASK_FAILURE_LINES:
             first_failure = min(first_failure, index)
         elif sig is BY_NAME["slurm.cancelled"] and index > first_failure:
             sig = CANCELLED_AFTER_FAILURE
         named = match.groupdict().get("host")
+        when, excerpt = _time_near(lines, index, year, tz), _excerpt(line, match)
         for where in _hosts(named) if named else (_line_node(lines[index], tasks, node),):
             key = (sig.name, where)
             count = found[key].count + 1 if key in found else 1
             found[key] = LogHit(
                 node=where,
-                time=_time_near(lines, index, year, tz),
+                time=when,
                 source=source,
                 signature=sig.name,
                 cause=sig.cause,
-                excerpt=_excerpt(line, match),
+                excerpt=excerpt,
                 count=count,
             )
     return sorted(found.values(), key=lambda h: (h.signature, h.node or ""))
@@ -232,9 +239,8 @@ def _root_fact(
     if when is None and 0 <= root.exc.header < len(lines):
         # A traceback has no time of its own; the log line just before it usually has.
         when = _time_near(lines, root.exc.header, year, tz)
-    rank_node = task_hosts(lines).get(str(root.rank)) if root.rank is not None else None
     return RootException(
-        node=_short_host(root.host) or rank_node or node,
+        node=_short_host(root.host) or node,
         time=when,
         source=source,
         exc_type=root.exc.exc_type[:200],

@@ -425,6 +425,8 @@ CANCELLED_AFTER_FAILURE = Signature(
     "slurm.cancelled_after_task_failure", _C.UNKNOWN, Role.EXIT, _CANCELLED.pattern
 )
 BY_NAME: dict[str, Signature] = {s.name: s for s in (*SIGNATURES, CANCELLED_AFTER_FAILURE)}
+# srun's lines for a task that ended by itself (not killed after another), strongest first.
+TASK_FAILURE_LINES = ("srun.task_exit", "srun.task_killed")
 
 # Root-exception types → (cause, role), keyed by the last dotted component of the type name.
 # Anything not here and not matched by a signature is the program's own error (user_code).

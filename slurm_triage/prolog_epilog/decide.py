@@ -267,7 +267,8 @@ def _may_exclude(attribution: Attribution) -> bool:
 
 def _job_view(door: SlurmDoor, job: JobInfo, env: dict[str, str], *, needs_nodes: bool) -> JobView:
     """The job as the policies see it. The partition's usable nodes (a cluster-wide sinfo)
-    are read only when nodes are blamed: nothing is excluded otherwise."""
+    are read only when `needs_nodes`: when nothing can be excluded the must-fit rule has no
+    use for them."""
     usable: tuple[str, ...] = ()
     try:
         if needs_nodes:
