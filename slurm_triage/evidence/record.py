@@ -161,6 +161,8 @@ def _record(doc: Any, max_facts: int) -> EvidenceRecord:
     if type(job_id) is int and job_id >= 0:
         job_id = str(job_id)
     job_id = _string(job_id, "job_id", MAX_NAME_CHARS)
+    if not job_id:
+        raise EvidenceError("job_id must not be empty")
     node = _optional(doc["node"], "node", lambda v, w: _string(v, w, MAX_NAME_CHARS))
     step = _optional(doc["step"], "step", lambda v, w: _string(v, w, MAX_NAME_CHARS))
     collected_by = _enum(doc["collected_by"], Source, "collected_by")

@@ -252,3 +252,11 @@ def test_huge_numbers_in_any_field_are_an_evidence_error(field, number):
     ).encode()
     with pytest.raises(EvidenceError):
         parse_record(data)
+
+
+def test_an_empty_job_id_is_refused():
+    """A record must say which job it is about (found by the mutation fuzz test)."""
+    doc = json.loads(json.dumps(_VALID))
+    doc["job_id"] = ""
+    with pytest.raises(EvidenceError, match="job_id must not be empty"):
+        parse_record(json.dumps(doc).encode())
