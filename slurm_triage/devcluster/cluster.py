@@ -9,6 +9,7 @@ their pids recorded; every wait is bounded.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -26,7 +27,30 @@ from slurm_triage.simulate.estate import NodeEstate
 
 DEFAULT_ROOT = Path("/var/tmp/slurm-triage-devcluster")
 DEFAULT_BASE_PORT = 16800
+# A second release gets its own tree and ports, so both can run side by side.
+RELEASE_PORT_STEP = 100
 PACKAGES = ("slurm-wlm", "slurm-client", "slurmdbd", "munge", "mariadb-server")
+# What the Slurm built under /opt links against (../shared/slurm/README.md), plus the
+# daemons it needs beside it.
+BUILT_SLURM_PACKAGES = (
+    "munge",
+    "mariadb-server",
+    "zstd",
+    "libmunge2",
+    "libjson-c5",
+    "libhttp-parser2.9",
+    "libyaml-0-2",
+    "libjwt0",
+    "libmariadb3",
+    "libdbus-1-3",
+    "libhwloc15",
+    "liblz4-1",
+    "libnuma1",
+    "libreadline8",
+)
+# Where a built Slurm's install tree and pyslurm wheel are found (one folder per site).
+BUNDLE_ENV = "SLURM_TRIAGE_SLURM_BUNDLE"
+DEFAULT_BUNDLE = Path(__file__).resolve().parents[3] / "shared" / "slurm"
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 log = get_logger(component="devcluster")
@@ -43,14 +67,28 @@ class DaemonStatus:
     alive: bool
 
 
-def default_layout() -> cf.ClusterLayout:
-    root = Path(os.environ.get("SLURM_TRIAGE_DEVCLUSTER_DIR", str(DEFAULT_ROOT)))
+def slurm_release(requested: str | None = None) -> str:
+    """The Slurm release asked for (argument, else $SLURM_TRIAGE_DEVCLUSTER_SLURM, else
+    Debian's 22.05); an unknown one is an error that lists the known ones."""
+    release = requested or os.environ.get("SLURM_TRIAGE_DEVCLUSTER_SLURM") or cf.DEFAULT_SLURM
+    if release not in cf.SLURM_PREFIXES:
+        known = ", ".join(cf.SLURM_PREFIXES)
+        raise DevClusterError(f"unknown Slurm release {release!r} (known: {known})")
+    return release
+
+
+def default_layout(slurm: str | None = None) -> cf.ClusterLayout:
+    release = slurm_release(slurm)
+    offset = list(cf.SLURM_PREFIXES).index(release)
+    suffix = "" if release == cf.DEFAULT_SLURM else f"-{release}"
+    root = Path(os.environ.get("SLURM_TRIAGE_DEVCLUSTER_DIR", f"{DEFAULT_ROOT}{suffix}"))
     port = int(os.environ.get("SLURM_TRIAGE_DEVCLUSTER_PORT", str(DEFAULT_BASE_PORT)))
     return cf.ClusterLayout(
         root=root,
         hostname=socket.gethostname().split(".")[0],
-        base_port=port,
+        base_port=port + offset * RELEASE_PORT_STEP,
         bin_dir=Path(sys.executable).parent,
+        slurm=release,
     )
 
 
@@ -59,35 +97,80 @@ def client_env(layout: cf.ClusterLayout) -> dict[str, str]:
     env = dict(os.environ)
     env["SLURM_CONF"] = str(layout.slurm_conf)
     env["SLURM_TRIAGE_CONFIG"] = str(layout.triage_conf)
-    env["PATH"] = f"{layout.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}:/usr/sbin:/sbin"
+    env["PATH"] = (
+        f"{layout.slurm_path}{layout.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}:/usr/sbin:/sbin"
+    )
     return env
 
 
-def _which(program: str) -> str | None:
+def _which(program: str, layout: cf.ClusterLayout | None = None) -> str | None:
+    prefix = layout.slurm_prefix if layout else None
+    if prefix is not None:
+        for sub in ("sbin", "bin"):
+            if os.access(prefix / sub / program, os.X_OK):
+                return str(prefix / sub / program)
     return shutil.which(program) or next(
         (f"{d}/{program}" for d in SBIN if os.access(f"{d}/{program}", os.X_OK)), None
     )
 
 
-def ensure_packages() -> None:
-    """Install Slurm, munge and MariaDB from the distribution's packages if missing."""
+def bundle_dir() -> Path:
+    return Path(os.environ.get(BUNDLE_ENV) or DEFAULT_BUNDLE)
+
+
+def ensure_packages(layout: cf.ClusterLayout | None = None) -> None:
+    """Install Slurm, munge and MariaDB if missing: Debian's packages for 22.05; for another
+    release its runtime libraries from apt and its install tree from the bundle folder."""
+    prefix = layout.slurm_prefix if layout else None
     needed = ("slurmctld", "slurmd", "slurmdbd", "sbatch", "munged", "mariadbd")
-    if all(_which(p) for p in needed):
+    if all(_which(p, layout) for p in needed) and (prefix is None or prefix.is_dir()):
         return
     if os.geteuid() != 0:
         raise DevClusterError("Slurm/munge/MariaDB are not installed and we are not root")
+    if prefix is not None:
+        _apt_install(BUILT_SLURM_PACKAGES)
+        if not prefix.is_dir():
+            _unpack_built_slurm(prefix)
+        return
+    _apt_install(PACKAGES)
+
+
+def _unpack_built_slurm(prefix: Path) -> None:
+    tarballs = sorted(bundle_dir().glob(f"slurm-{prefix.name.split('-')[-1]}*.tar.zst"))
+    if not tarballs:
+        raise DevClusterError(
+            f"{prefix} is absent and no install tree for it in {bundle_dir()} "
+            f"(set ${BUNDLE_ENV} to the folder holding slurm-*.tar.zst)"
+        )
+    log.info("devcluster_unpacking_slurm", tarball=str(tarballs[-1]), prefix=str(prefix))
+    _run(["tar", "-C", str(prefix.parent), "--zstd", "-xf", str(tarballs[-1])], timeout=300)
+    if not (prefix / "sbin" / "slurmctld").exists():
+        raise DevClusterError(f"{tarballs[-1]} did not unpack to {prefix}")
+
+
+def _apt_install(packages: tuple[str, ...]) -> None:
+    missing = [p for p in packages if not _dpkg_installed(p)]
+    if not missing:
+        return
     if not _which("apt-get"):
-        raise DevClusterError("Slurm is not installed and apt-get is not available")
-    log.info("devcluster_installing_packages", packages=list(PACKAGES))
+        raise DevClusterError(f"{', '.join(missing)} not installed and apt-get is not available")
+    log.info("devcluster_installing_packages", packages=missing)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for cmd in (
         ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
     ):
         result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:]
             raise DevClusterError(f"{' '.join(cmd[:2])} failed: {' '.join(tail)}")
+
+
+def _dpkg_installed(package: str) -> bool:
+    result = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, timeout=30
+    )
+    return result.returncode == 0 and result.stdout.endswith("installed")
 
 
 def _read_pid(path: Path) -> int | None:
@@ -289,7 +372,7 @@ def _start_slurm_daemon(
     env = dict(os.environ, SLURM_CONF=str(layout.slurm_conf))
     log_file = layout.log / (f"slurmd-{args[-1]}.log" if daemon == "slurmd" else f"{daemon}.log")
     offset = log_file.stat().st_size if log_file.exists() else 0
-    _run([_which(daemon) or daemon, *args], env=env)
+    _run([_which(daemon, layout) or daemon, *args], env=env)
 
     def ready() -> bool:
         if _alive(_read_pid(pid_file)) and _port_open(port):
@@ -312,18 +395,49 @@ def _new_fatal_line(log_file: Path, offset: int) -> str | None:
     return next((line[:200] for line in text.splitlines() if "fatal:" in line), None)
 
 
+def ensure_users() -> None:
+    """The unprivileged SlurmUser and job user exist (system accounts, no home, no login)."""
+    for user in (cf.SLURM_USER, cf.JOB_USER):
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            _run(["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", user])
+
+
+def _own(path: Path, user: str, mode: int | None = None) -> None:
+    if not path.exists():
+        path.touch()
+    shutil.chown(path, user, user)
+    if mode is not None:
+        path.chmod(mode)
+
+
+def hand_to_slurm_user(layout: cf.ClusterLayout) -> None:
+    """What slurmctld, slurmdbd and EpilogSlurmctld (all SlurmUser) write, SlurmUser owns:
+    the controller's state and logs, our journal's directory and our shared log file."""
+    for directory in (layout.spool / "ctld", layout.state_dir):
+        for path in (directory, *directory.rglob("*")):
+            shutil.chown(path, cf.SLURM_USER, cf.SLURM_USER)
+    layout.state_dir.chmod(0o755)
+    for name in ("slurmctld.log", "slurmdbd.log", "slurm-triage.log"):
+        _own(layout.log / name, cf.SLURM_USER, 0o644)
+    _own(layout.etc / "slurmdbd.conf", cf.SLURM_USER, 0o600)
+
+
 def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.ClusterLayout:
     """Bring the cluster up (idempotent): start whatever is not running, wait for IDLE nodes."""
     layout = layout or default_layout()
     if os.geteuid() != 0:
         raise DevClusterError("the dev cluster runs Slurm daemons as root; run as root")
-    ensure_packages()
+    ensure_packages(layout)
+    ensure_users()
     before = layout.slurm_conf.read_text() if layout.slurm_conf.exists() else ""
     prepare(layout)
+    hand_to_slurm_user(layout)
     running = {s.name for s in daemon_status(layout) if s.alive}
     if "slurmctld" in running and before != layout.slurm_conf.read_text():
         # A newer slurm-triage wrote a different slurm.conf: make the daemons read it.
-        _run([_which("scontrol") or "scontrol", "reconfigure"], env=client_env(layout))
+        _run([_which("scontrol", layout) or "scontrol", "reconfigure"], env=client_env(layout))
     started = time.monotonic()
     if "munged" not in running:
         _start_munge(layout)

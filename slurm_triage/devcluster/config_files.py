@@ -19,6 +19,15 @@ CLUSTER_NAME = "triage"
 DB_USER = "slurm"
 # Loopback-only throwaway database of a test cluster; not a secret.
 DB_PASSWORD = "triage-devcluster"
+# Real sites run slurmctld/slurmdbd as an unprivileged SlurmUser (EpilogSlurmctld runs as it)
+# and jobs as ordinary users; the dev cluster does the same.
+SLURM_USER = "slurm"
+JOB_USER = "triage-job"
+
+# The Slurm releases the dev cluster can run: Debian's packages (22.05, on PATH) or a tree
+# built from SchedMD's source under /opt (see ../shared/slurm/README.md).
+DEFAULT_SLURM = "22.05"
+SLURM_PREFIXES: dict[str, Path | None] = {"22.05": None, "25.11": Path("/opt/slurm-25.11")}
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,18 @@ class ClusterLayout:
     hostname: str
     base_port: int
     bin_dir: Path  # where our installed programs (slurm-triage-prolog, ...) live
+    slurm: str = DEFAULT_SLURM  # which release runs it: a key of SLURM_PREFIXES
+
+    @property
+    def slurm_prefix(self) -> Path | None:
+        """Where this release is installed; None for the distribution's (on PATH)."""
+        return SLURM_PREFIXES[self.slurm]
+
+    @property
+    def slurm_path(self) -> str:
+        """PATH entries that put this release's commands first ("" for the distribution's)."""
+        prefix = self.slurm_prefix
+        return f"{prefix}/bin:{prefix}/sbin:" if prefix else ""
 
     @property
     def etc(self) -> Path:
@@ -126,7 +147,7 @@ def slurm_conf(layout: ClusterLayout) -> str:
 ClusterName={CLUSTER_NAME}
 SlurmctldHost={layout.hostname}(127.0.0.1)
 SlurmctldPort={layout.ctld_port}
-SlurmUser=root
+SlurmUser={SLURM_USER}
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
@@ -165,7 +186,7 @@ KillWait=10
 InactiveLimit=0
 MessageTimeout=10
 PrologFlags=Alloc
-PrologEpilogTimeout=60
+{_release_lines(layout)}PrologEpilogTimeout=60
 Prolog={hooks}/prolog
 Epilog={hooks}/epilog
 EpilogSlurmctld={hooks}/epilog-slurmctld
@@ -177,6 +198,14 @@ HealthCheckNodeState=ANY
 {nodes}
 PartitionName=gpu Nodes={",".join(NODE_NAMES)} Default=YES MaxTime=INFINITE State=UP
 """
+
+
+def _release_lines(layout: ClusterLayout) -> str:
+    if layout.slurm == "22.05":
+        return ""
+    # 25.11: `sbatch --requeue=expedite` restarts a job at once when one of its Epilogs
+    # failed (issue 13.6, docs/expedited-requeue.md).
+    return "SlurmctldParameters=enable_expedited_requeue\n"
 
 
 def gres_conf(layout: ClusterLayout) -> str:
@@ -194,7 +223,7 @@ AuthInfo=socket={layout.munge_socket}
 DbdHost={layout.hostname}
 DbdAddr=127.0.0.1
 DbdPort={layout.dbd_port}
-SlurmUser=root
+SlurmUser={SLURM_USER}
 LogFile={layout.log}/slurmdbd.log
 PidFile={layout.pid_file("slurmdbd")}
 StorageType=accounting_storage/mysql
@@ -246,8 +275,9 @@ scratch_path = "/tmp"
 def hook_script(layout: ClusterLayout, program: str) -> str:
     # slurmd gives Prolog/Epilog no PATH and none of its own environment, so the hook names
     # our config and PATH itself, then runs the installed program.
+    system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     return f"""#!/bin/sh
-export PATH={layout.bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH={layout.slurm_path}{layout.bin_dir}:{system}
 export SLURM_CONF={layout.slurm_conf}
 export SLURM_TRIAGE_CONFIG={layout.triage_conf}
 exec {layout.bin_dir}/{program} "$@"

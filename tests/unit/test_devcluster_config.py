@@ -1,0 +1,57 @@
+"""The dev cluster's layout and config text per Slurm release (pure; no daemons started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_triage.devcluster import cluster
+from slurm_triage.devcluster import config_files as cf
+
+
+@pytest.fixture(autouse=True)
+def _no_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in (
+        "SLURM_TRIAGE_DEVCLUSTER_DIR",
+        "SLURM_TRIAGE_DEVCLUSTER_PORT",
+        "SLURM_TRIAGE_DEVCLUSTER_SLURM",
+    ):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_default_release_is_debians_on_path() -> None:
+    layout = cluster.default_layout()
+    assert layout.slurm == "22.05"
+    assert layout.root == cluster.DEFAULT_ROOT and layout.base_port == 16800
+    assert layout.slurm_prefix is None and layout.slurm_path == ""
+    assert "SlurmctldParameters" not in cf.slurm_conf(layout)
+
+
+def test_a_second_release_gets_its_own_tree_ports_and_commands() -> None:
+    old, new = cluster.default_layout("22.05"), cluster.default_layout("25.11")
+    assert new.root == Path(f"{cluster.DEFAULT_ROOT}-25.11") != old.root
+    ports = {old.ctld_port, old.dbd_port, old.mysql_port, *map(old.node_port, range(3))}
+    assert not ports & {new.ctld_port, new.dbd_port, new.mysql_port, new.node_port(0)}
+    assert cluster.client_env(new)["PATH"].startswith("/opt/slurm-25.11/bin:")
+    hook = cf.hook_script(new, "slurm-triage-epilog")
+    assert "export PATH=/opt/slurm-25.11/bin:/opt/slurm-25.11/sbin:" in hook
+    assert "SlurmctldParameters=enable_expedited_requeue" in cf.slurm_conf(new)
+
+
+def test_release_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_TRIAGE_DEVCLUSTER_SLURM", "25.11")
+    assert cluster.default_layout().slurm == "25.11"
+
+
+def test_unknown_release_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(cluster.DevClusterError, match=r"'24\.05' \(known: 22\.05, 25\.11\)"):
+        cluster.default_layout("24.05")
+
+
+def test_controller_and_accounting_run_as_an_unprivileged_slurm_user() -> None:
+    layout = cluster.default_layout()
+    assert f"SlurmUser={cf.SLURM_USER}\n" in cf.slurm_conf(layout)
+    assert "SlurmdUser=root\n" in cf.slurm_conf(layout)
+    assert f"SlurmUser={cf.SLURM_USER}\n" in cf.slurmdbd_conf(layout)
+    assert cf.SLURM_USER != "root"
