@@ -120,10 +120,29 @@ class Journal:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             self._migrate()
+            self._keep_with_directory_owner()
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: {exc}") from None
         except OSError as exc:
             raise JournalError(f"journal {self.path}: {exc.strerror or exc}") from None
+
+    def _keep_with_directory_owner(self) -> None:
+        """The decider writes the journal as SlurmUser; root (an admin's `slurm-triage
+        history`, a test) may open it too. A journal, -wal or -shm file that root created
+        would leave SlurmUser unable to write ("readonly database") and every later decision
+        lost, so root hands what it created to the owner of the journal's directory."""
+        if os.geteuid() != 0:
+            return
+        owner = self.path.parent.stat()
+        if owner.st_uid == 0:
+            return
+        for suffix in ("", "-wal", "-shm"):
+            path = Path(f"{self.path}{suffix}")
+            try:
+                if path.lstat().st_uid == 0 and path.is_file() and not path.is_symlink():
+                    os.chown(path, owner.st_uid, owner.st_gid)
+            except FileNotFoundError:
+                continue
 
     def close(self) -> None:
         self._db.close()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 
@@ -92,3 +95,37 @@ def test_claimed_but_undecided_rows_are_not_history(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.sqlite")
     journal.claim(9, 0, "crashed")
     assert journal.decisions(job_id=9) == ()
+
+
+def _as_user(uid: int, path: str, results) -> None:  # type: ignore[no-untyped-def]
+    os.setgid(uid)
+    os.setuid(uid)
+    try:
+        results.put(Journal(path).claim(7, 1, "slurm user"))
+    except JournalError as exc:
+        results.put(str(exc))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to open as root and as another user")
+def test_root_reading_the_journal_leaves_it_writable_for_slurm_user() -> None:
+    """SlurmUser (here nobody) owns the journal's directory and decides; root opens the
+    journal in between (an admin's `history`). Root's -wal/-shm/journal files go to the
+    directory's owner, so the next decision as SlurmUser can still write."""
+    nobody = 65534
+    # Not tmp_path: its parents are root's, mode 0700, out of nobody's reach.
+    state = Path(tempfile.mkdtemp(prefix="triage-journal-", dir="/tmp"))
+    os.chown(state, nobody, nobody)
+    root_handle = Journal(state / "journal.sqlite")  # root creates it and stays open
+    assert root_handle.claim(7, 0, "root")
+    owners = {p.name: p.stat().st_uid for p in state.iterdir()}
+    assert owners and set(owners.values()) == {nobody}, owners
+    results: multiprocessing.Queue = multiprocessing.Queue()
+    child = multiprocessing.Process(
+        target=_as_user, args=(nobody, str(state / "journal.sqlite"), results)
+    )
+    child.start()
+    child.join(30)
+    try:
+        assert results.get(timeout=5) is True
+    finally:
+        shutil.rmtree(state)
