@@ -9,11 +9,13 @@
 It behaves like Slurm where our decisions depend on it, with the error classes the command
 line backend raises: a job submitted with --no-requeue (or not a batch job) refuses a
 requeue with `NotRequeueable`; a finished job refuses updates with `InvalidJobState`;
-exclusions and begin times need a pending job; excluded nodes merge with the user's own; a
-drain needs a reason and replaces whatever reason was there, as `scontrol update
-State=DRAIN` does. It does not protect an admin's drain (Slurm would not either): it
-records every drain, resume or relabel of a node an admin drained (a reason without our
-`triage: ` prefix) in `admin_drains_touched`, which a test asserts empty.
+exclusions and begin times need a pending job; excluded nodes merge with the user's own;
+excluding a node the job requires (`required_nodes`, sbatch -w) is taken and leaves the job
+pending with reason BadConstraints, as Slurm does; a drain needs a reason and replaces
+whatever reason was there, as `scontrol update State=DRAIN` does. It does not protect an
+admin's drain (Slurm would not either): it records every drain, resume or relabel of a
+node an admin drained (a reason without our `triage: ` prefix) in `admin_drains_touched`,
+which a test asserts empty.
 """
 
 from __future__ import annotations
@@ -226,7 +228,11 @@ class FakeDoor(SlurmDoor):
             raise NodeNotFound(f"scontrol update JobId={job_id} ...: Invalid node name specified")
         if merge:
             wanted = list(dict.fromkeys([*job.excluded_nodes, *wanted]))
-        self.jobs[job_id] = replace(job, excluded_nodes=tuple(wanted))
+        job = replace(job, excluded_nodes=tuple(wanted))
+        if set(wanted) & set(job.required_nodes):
+            # Slurm takes the update, and the job can then never start.
+            job = replace(job, state_reason="BadConstraints")
+        self.jobs[job_id] = job
         return tuple(wanted)
 
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
@@ -323,8 +329,16 @@ class FakeDoor(SlurmDoor):
 
 
 def _accounted(job: JobInfo) -> JobInfo:
-    """The job as sacct shows it: no requeue flag, no exclusions, no controller reason."""
-    return replace(job, requeue=False, excluded_nodes=(), state_reason="", source="sacct")
+    """The job as sacct shows it: no requeue flag, no exclusions or required nodes, no
+    controller reason."""
+    return replace(
+        job,
+        requeue=False,
+        excluded_nodes=(),
+        required_nodes=(),
+        state_reason="",
+        source="sacct",
+    )
 
 
 def _drained(node: NodeInfo, reason: str, user: str) -> NodeInfo:

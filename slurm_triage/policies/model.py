@@ -70,6 +70,8 @@ class JobView:
     # Nodes of the job's partition that can run jobs now (not down, not drained).
     usable_partition_nodes: tuple[str, ...]
     opted_in: bool = False  # SLURM_TRIAGE_REQUEUE=1 in the submit environment
+    # sbatch -w/--nodelist (ReqNodeList): never excluded, or Slurm never starts the job.
+    required_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class Decision:
     drain: tuple[str, ...] = ()
     begin_delay_s: float = 0.0
     reasons: tuple[str, ...] = ()
+    # Blamed nodes the job requires (-w): why it is held instead of requeued excluding them.
+    required_failed: tuple[str, ...] = ()
 
     def but(self, reason: str, **changes: Any) -> Decision:
         """This decision changed as `changes` say, with the reason appended."""
@@ -104,6 +108,7 @@ class Decision:
             "drain": list(self.drain),
             "begin_delay_s": self.begin_delay_s,
             "reasons": list(self.reasons),
+            "required_failed": list(self.required_failed),
         }
 
 

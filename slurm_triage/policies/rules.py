@@ -1,8 +1,9 @@
 """The policies, each a small pure step over (PolicyInput, Decision), and their default chain.
 
 Order matters and is the order below: what the cause asks for (taxonomy defaults, config
-overrides), whether this job may be requeued at all, the requeue budget, backoff, whether
-the exclusions still let the job fit, and what to drain (root-backed blame, lemon nodes).
+overrides), whether this job may be requeued at all, whether it requires a node it would
+exclude, the requeue budget, backoff, whether the exclusions still let the job fit, and
+what to drain (root-backed blame, lemon nodes).
 """
 
 from __future__ import annotations
@@ -65,6 +66,39 @@ def eligibility(config: PolicyConfig) -> Policy:
         return d
 
     return Policy("eligibility", step)
+
+
+def required_nodes(config: PolicyConfig) -> Policy:
+    """Hold, excluding nothing, a job that would exclude a node it requires (-w/--nodelist).
+
+    Slurm never starts a job whose ExcNodeList names a node of its ReqNodeList (Reason
+    BadConstraints), so requeueing it that way loses it silently. Held, it waits for a
+    person to change its node list or release it once the node is back. Nothing else is
+    excluded either: the person must change the job anyway, an exclusion on a held job is
+    not checked against the partition (must_fit judges requeues only) and would be one more
+    constraint to find and undo; the other blamed nodes are named in the AdminComment, and
+    drained anyway where root's evidence says so (the drains step, independent of the job).
+    """
+    del config  # no keys: excluding a required node is never right
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        if d.verdict is Verdict.RECORD_ONLY or not d.exclude:
+            return d
+        required = tuple(n for n in d.exclude if n in g.job.required_nodes)
+        if not required:
+            return d
+        what = f"required node{'s' if len(required) > 1 else ''} {','.join(required)}"
+        others = [n for n in d.exclude if n not in required]
+        also = f"; not excluding {','.join(others)} either" if others else ""
+        return d.but(
+            f"{what} failed ({g.cause.value}): the job asked for it with -w/--nodelist, so it "
+            f"is held, not requeued excluding it{also}",
+            verdict=Verdict.HOLD,
+            exclude=(),
+            required_failed=required,
+        )
+
+    return Policy("required_nodes", step)
 
 
 def requeue_budget(config: PolicyConfig) -> Policy:
@@ -164,6 +198,7 @@ def default_chain(config: PolicyConfig) -> Policy:
     return (
         cause_defaults(config)
         | eligibility(config)
+        | required_nodes(config)
         | requeue_budget(config)
         | backoff(config)
         | must_fit(config)

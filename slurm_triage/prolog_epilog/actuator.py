@@ -47,18 +47,25 @@ class Applied:
 
 
 def admin_comment(cause: str, nodes: tuple[str, ...], decision: Decision, restart: int) -> str:
-    """The compact summary kept in Slurm's accounting with the job."""
-    summary = {
-        "triage": {
-            "cause": cause,
-            "nodes": list(nodes),
-            "action": decision.verdict.value,
-            "n": restart,
-        }
+    """The compact summary kept in Slurm's accounting with the job (cause first: analytics
+    reads it by that prefix). A job held because a node it requires (-w) failed says so in
+    words too, for whoever releases it: `scontrol show job` is where they will look."""
+    summary: dict[str, object] = {
+        "cause": cause,
+        "nodes": list(nodes),
+        "action": decision.verdict.value,
+        "n": restart,
     }
     if decision.exclude:
-        summary["triage"]["excluded"] = list(decision.exclude)
-    return json.dumps(summary, separators=(",", ":"))
+        summary["excluded"] = list(decision.exclude)
+    if decision.required_failed:
+        required = ",".join(decision.required_failed)
+        summary["required"] = list(decision.required_failed)
+        summary["why"] = (
+            f"required node {required} failed ({cause}); held, not excluded: change "
+            "--nodelist or release once the node is back"
+        )
+    return json.dumps({"triage": summary}, separators=(",", ":"))
 
 
 def carry_out(

@@ -291,6 +291,7 @@ def _job_view(door: SlurmDoor, job: JobInfo, env: dict[str, str], *, needs_nodes
         comment=job.comment,
         usable_partition_nodes=usable,
         opted_in=env.get("SLURM_TRIAGE_REQUEUE") == "1",
+        required_nodes=job.required_nodes,
     )
 
 

@@ -97,8 +97,10 @@ class JobInfo:
     """One job as Slurm sees it now (from slurmctld, or from accounting once it is gone).
 
     `exit_code`/`exit_signal` follow Slurm's `ExitCode=code:signal`. `time_limit_min` is
-    None for UNLIMITED. `excluded_nodes` are expanded names. `source` says where the facts
-    came from ("scontrol", "sacct" or "pyslurm"), since accounting lags the controller.
+    None for UNLIMITED. `excluded_nodes` and `required_nodes` (sbatch -w/--nodelist: an
+    exclusion naming one of them leaves the job pending for ever with BadConstraints) are
+    expanded names. `source` says where the facts came from ("scontrol", "sacct" or
+    "pyslurm"), since accounting lags the controller.
     """
 
     job_id: int
@@ -124,6 +126,7 @@ class JobInfo:
     std_err: str = ""
     batch_host: str = ""
     start_time: float | None = None  # epoch seconds this run started (None: not started)
+    required_nodes: tuple[str, ...] = ()  # ReqNodeList; accounting does not keep it
 
 
 class NodeFlag(enum.StrEnum):

@@ -158,6 +158,8 @@ def _job(
         admin_comment=raw.admin_comment or "",
         comment=raw.comment or "",
         source=source,
+        # A hostlist or None; getattr: accounting's db.Job has no such attribute.
+        required_nodes=tuple(hostlist.expand(getattr(raw, "required_nodes", None) or "")),
     )
 
 

@@ -69,6 +69,20 @@ def test_hold_requeues_held_and_still_excludes(door: FakeDoor) -> None:
     assert door.job(JOB).excluded_nodes == ("node2",)
 
 
+def test_hold_for_a_failed_required_node_says_which_and_why(door: FakeDoor) -> None:
+    """Held because required node2 failed: AdminComment names node2 and the cause, in the
+    triage object (cause still first, as analytics reads it) and in words."""
+    decision = Decision(Verdict.HOLD, drain=("node2",), required_failed=("node2",))
+    applied = carry_out(door, decision)
+    assert (applied.held, applied.excluded, applied.drained) == (True, (), ("node2",))
+    text = door.job(JOB).admin_comment
+    assert text.startswith('{"triage":{"cause":"gpu_unavailable",')
+    summary = json.loads(text)["triage"]
+    assert (summary["action"], summary["required"]) == ("hold", ["node2"])
+    assert summary["why"].startswith("required node node2 failed (gpu_unavailable)")
+    assert "excluded" not in summary
+
+
 def test_already_requeued_by_slurm_skips_the_requeue(door: FakeDoor) -> None:
     """Slurm requeued the job itself: exclusion and summary only, counted as requeued."""
     door.requeue(JOB)

@@ -207,6 +207,34 @@ def test_exclusion_is_merged_with_the_users_own_exclude(cluster: Cluster) -> Non
     assert comment(cluster.door)["excluded"] == ["node2"]
 
 
+def test_a_failed_required_node_holds_the_job_and_is_still_drained(cluster: Cluster) -> None:
+    """Submitted with -w node1,node2, root's XID 79 on node2: excluding node2 would leave the
+    job pending for ever (BadConstraints), so it is requeued held, excluding nothing; the
+    AdminComment names node2 and the cause; node2 is drained all the same."""
+    door = cluster.door
+    door.jobs[JOB] = replace(door.jobs[JOB], required_nodes=NODES)
+    cluster.root_record("node1")
+    cluster.root_record("node2", xid79("node2"))
+    out = cluster.end()
+    assert [c.method for c in door.mutations()] == ["requeue", "drain", "set_admin_comment"]
+    assert door.calls_to("requeue") == [Call("requeue", (JOB,), {"hold": True})]
+    job = door.jobs[JOB]
+    assert (job.excluded_nodes, job.state_reason) == ((), "JobHeldAdmin")
+    assert door.node("node2").drained
+    assert door.node("node2").reason.startswith("triage: gpu_unavailable job=7: ")
+    summary = comment(door)
+    assert (summary["cause"], summary["action"], summary["required"]) == (
+        "gpu_unavailable",
+        "hold",
+        ["node2"],
+    )
+    assert "node2" in str(summary["why"]) and "gpu_unavailable" in str(summary["why"])
+    row = cluster.row()
+    assert (row.action, row.excluded, row.drained) == ("hold", (), ("node2",))
+    assert any(r.startswith("required node node2 failed (gpu_unavailable)") for r in row.reasons)
+    assert out.applied is not None and out.applied.held
+
+
 # -- admin drains ------------------------------------------------------------------------
 
 

@@ -95,6 +95,17 @@ def test_exclusions_merge_with_the_users_own() -> None:
     assert d.set_excluded_nodes(7, ["node3"], merge=False) == ("node3",)
 
 
+def test_excluding_a_required_node_leaves_the_job_bad_constraints() -> None:
+    """Like Slurm, excluding a node of the job's -w list is taken and the job can never
+    start (BadConstraints); accounting does not keep the required nodes."""
+    d = _pending(door(required_nodes=("node1", "node2")))
+    d.set_excluded_nodes(7, ["node3"])
+    assert d.job(7).state_reason == "BeginTime"
+    d.set_excluded_nodes(7, ["node2"])
+    assert d.job(7).state_reason == "BadConstraints"
+    assert d.accounted_job(7).required_nodes == ()
+
+
 def test_forgotten_job_comes_from_accounting() -> None:
     """A job slurmctld forgot is read from accounting; an unknown one is JobNotFound."""
     d = door()

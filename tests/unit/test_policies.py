@@ -171,6 +171,39 @@ def test_users_own_exclusions_count_for_fit() -> None:
     assert d.exclude == ()
 
 
+def test_a_required_node_is_never_excluded_the_job_is_held() -> None:
+    """XID 79 on node2 of a job submitted with -w node1,node2: excluding node2 would leave it
+    pending for ever (BadConstraints), so it is held, excluding nothing, and node2 drained."""
+    d = default_chain(CONFIG)(given(required_nodes=("node1", "node2")))
+    assert (d.verdict, d.exclude, d.drain) == (Verdict.HOLD, (), ("node2",))
+    assert d.required_failed == ("node2",)
+    assert any(r.startswith("required node node2 failed (gpu_unavailable)") for r in d.reasons)
+
+
+def test_other_blamed_nodes_of_a_held_required_node_job_are_not_excluded_either() -> None:
+    """node2 required, node3 not, both blamed: held, nothing excluded, the reason says so;
+    a job whose -w list has none of the blamed nodes is requeued excluding them as usual."""
+    g = given(blamed=("node2", "node3"), num_nodes=3, required_nodes=("node1", "node2"))
+    d = default_chain(CONFIG)(g)
+    assert (d.verdict, d.exclude, d.required_failed) == (Verdict.HOLD, (), ("node2",))
+    assert any("not excluding node3 either" in r for r in d.reasons)
+    other = default_chain(CONFIG)(given(required_nodes=("node1", "node4")))
+    assert (other.verdict, other.exclude, other.required_failed) == (
+        Verdict.REQUEUE,
+        ("node2",),
+        (),
+    )
+
+
+def test_a_required_node_blamed_without_exclusion_changes_nothing() -> None:
+    """A requeue that excludes nothing (NCCL timeout) or a job only recorded is left alone."""
+    nccl = given(cause=Cause.NCCL_TIMEOUT, blamed=(), required_nodes=("node1", "node2"))
+    assert default_chain(CONFIG)(nccl).verdict is Verdict.REQUEUE
+    no_requeue = given(requeue=False, required_nodes=("node2",))
+    d = default_chain(CONFIG)(no_requeue)
+    assert (d.verdict, d.required_failed) == (Verdict.RECORD_ONLY, ())
+
+
 def test_opt_out_and_opt_in() -> None:
     """Opted-out users/partitions are recorded only; an opt-in site needs the job's token."""
     assert (

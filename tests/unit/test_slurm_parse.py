@@ -36,6 +36,16 @@ def test_scontrol_job_fields() -> None:
     assert json.loads(job.admin_comment)["triage"]["cause"] == "gpu_unavailable"
 
 
+def test_scontrol_job_required_nodes() -> None:
+    """A job submitted with -w node1,node2 shows ReqNodeList=node[1-2]: expanded; none is ()."""
+    job = parse_scontrol_job((SLURM / "scontrol_show_job_required_nodes.txt").read_text(), 3)
+    assert job.required_nodes == ("node1", "node2")
+    assert job.excluded_nodes == ()
+    assert (job.user, job.nodes) == ("alice", ("node1", "node2"))
+    running = parse_scontrol_job((SLURM / "scontrol_show_job_running.txt").read_text(), 2)
+    assert running.required_nodes == ()
+
+
 def test_user_text_cannot_spoof_fields() -> None:
     """A job name or comment containing 'JobState=...' or 'ExcNodeList=...' changes nothing."""
     job = parse_scontrol_job((SLURM / "scontrol_show_job_running.txt").read_text(), 2)
