@@ -14,13 +14,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_triage.devcluster import config_files as cf
+from slurm_triage.devcluster import runtime
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import get_logger
 from slurm_triage.simulate.estate import NodeEstate
@@ -87,7 +87,8 @@ def default_layout(slurm: str | None = None) -> cf.ClusterLayout:
         root=root,
         hostname=socket.gethostname().split(".")[0],
         base_port=port + offset * RELEASE_PORT_STEP,
-        bin_dir=Path(sys.executable).parent,
+        # Built by `up` (runtime.py): hooks and jobs run as users who cannot reach our venv.
+        bin_dir=root / "runtime" / "venv" / "bin",
         slurm=release,
     )
 
@@ -412,13 +413,16 @@ def _own(path: Path, user: str, mode: int | None = None) -> None:
         path.chmod(mode)
 
 
-def hand_to_slurm_user(layout: cf.ClusterLayout) -> None:
+def set_owners(layout: cf.ClusterLayout) -> None:
     """What slurmctld, slurmdbd and EpilogSlurmctld (all SlurmUser) write, SlurmUser owns:
-    the controller's state and logs, our journal's directory and our shared log file."""
+    the controller's state and logs, our journal's directory and our shared log file. The
+    job user owns the directory test and demo jobs run in."""
     for directory in (layout.spool / "ctld", layout.state_dir):
         for path in (directory, *directory.rglob("*")):
             shutil.chown(path, cf.SLURM_USER, cf.SLURM_USER)
     layout.state_dir.chmod(0o755)
+    layout.jobs_dir.mkdir(exist_ok=True)
+    shutil.chown(layout.jobs_dir, cf.JOB_USER, cf.JOB_USER)
     for name in ("slurmctld.log", "slurmdbd.log", "slurm-triage.log"):
         _own(layout.log / name, cf.SLURM_USER, 0o644)
     _own(layout.etc / "slurmdbd.conf", cf.SLURM_USER, 0o600)
@@ -432,8 +436,12 @@ def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.Clus
     ensure_packages(layout)
     ensure_users()
     before = layout.slurm_conf.read_text() if layout.slurm_conf.exists() else ""
+    try:
+        runtime.build(layout.bin_dir.parents[1])
+    except runtime.RuntimeBuildError as exc:
+        raise DevClusterError(str(exc)) from None
     prepare(layout)
-    hand_to_slurm_user(layout)
+    set_owners(layout)
     running = {s.name for s in daemon_status(layout) if s.alive}
     if "slurmctld" in running and before != layout.slurm_conf.read_text():
         # A newer slurm-triage wrote a different slurm.conf: make the daemons read it.

@@ -104,6 +104,11 @@ class ClusterLayout:
         return self.root / "simulate"
 
     @property
+    def jobs_dir(self) -> Path:
+        """The job user's working directory for test and demo jobs."""
+        return self.root / "jobs"
+
+    @property
     def state_dir(self) -> Path:
         return self.root / "state"
 

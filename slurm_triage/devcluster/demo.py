@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from slurm_triage.config import LoggingConfig
 from slurm_triage.devcluster import cluster
-from slurm_triage.devcluster.config_files import NODE_NAMES, ClusterLayout
+from slurm_triage.devcluster.config_files import JOB_USER, NODE_NAMES, ClusterLayout
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import setup_logging
 from slurm_triage.simulate.estate import NodeEstate, inject
@@ -46,8 +46,11 @@ class Demo:
         self.layout = layout
         self.env = cluster.client_env(layout)
         self.door: SlurmDoor = open_door(env=self.env, timeout_s=20)
+        # Jobs run as the unprivileged job user, as on a real cluster: the directory is theirs.
         self.workdir = Path(tempfile.mkdtemp(prefix="triage-demo-", dir="/tmp"))
         shutil.copy(EXAMPLES / "train.py", self.workdir / "train.py")
+        shutil.chown(self.workdir, JOB_USER, JOB_USER)
+        self.workdir.chmod(0o755)
 
     def reset(self) -> None:
         for node in NODE_NAMES:
@@ -66,7 +69,7 @@ class Demo:
             + "\n"
         )
         out = subprocess.run(
-            ["sbatch", "--parsable", str(script)],
+            ["runuser", "-u", JOB_USER, "--", "sbatch", "--parsable", str(script)],
             cwd=self.workdir,
             env=self.env,
             capture_output=True,
@@ -96,7 +99,7 @@ def scenario_gpu_lost(demo: Demo) -> None:
     # --kill-on-bad-exit: when one rank dies the step ends; real ranks would otherwise sit in
     # a collective until the NCCL timeout.
     train = (
-        f"srun --kill-on-bad-exit=1 slurm-triage wrap -- {sys.executable} train.py --steps 400 "
+        "srun --kill-on-bad-exit=1 slurm-triage wrap -- python3 train.py --steps 400 "
         "--checkpoint-every 20 --step-seconds 0.05 --checkpoint 'ckpt-rank{rank}.json'"
     )
     job_id = demo.submit("train", train, "-N2 --ntasks-per-node=1 --gres=gpu:8", "--requeue")
@@ -144,7 +147,7 @@ def scenario_gpu_lost(demo: Demo) -> None:
 
 def scenario_user_bug(demo: Demo) -> None:
     print("\n== 2. a user bug (KeyError) is recorded, not requeued")
-    bug = f"srun slurm-triage wrap -- {sys.executable} -c \"cfg = {{}}; cfg['learning_rate']\""
+    bug = "srun slurm-triage wrap -- python3 -c \"cfg = {}; cfg['learning_rate']\""
     job_id = demo.submit("bug", bug, "-N1", "--requeue")
     demo.finished(job_id, JobState.FAILED, 60)
     time.sleep(2)
@@ -176,8 +179,13 @@ def scenario_lemon(demo: Demo) -> None:
 
 def main() -> int:
     setup_logging(LoggingConfig(level="warning"))
-    print("== bringing the dev cluster up (installs Slurm from apt on first use)")
-    demo = Demo(cluster.up())
+    layout = cluster.default_layout()  # $SLURM_TRIAGE_DEVCLUSTER_SLURM (make demo SLURM=25.11)
+    print(f"== bringing the dev cluster up on Slurm {layout.slurm} (installs it on first use)")
+    demo = Demo(cluster.up(layout))
+    print(
+        f"== Slurm {demo.door.slurm_version()}, door backend {demo.door.name}; jobs run as "
+        f"{JOB_USER}, slurmctld as slurm"
+    )
     demo.reset()
     try:
         scenario_gpu_lost(demo)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from slurm_triage.devcluster import cluster
-from slurm_triage.devcluster.config_files import ClusterLayout
+from slurm_triage.devcluster.config_files import JOB_USER, ClusterLayout
 from slurm_triage.journal import Journal
 from slurm_triage.journal.store import DecisionRow
 
@@ -19,10 +19,17 @@ def env(layout: ClusterLayout) -> dict[str, str]:
     return cluster.client_env(layout)
 
 
-def sbatch(layout: ClusterLayout, *args: str, workdir: str = "/tmp") -> int:
-    """Submit a batch job; returns its id."""
+def as_job_user(argv: list[str]) -> list[str]:
+    """The command run as the unprivileged job user (its environment kept)."""
+    return ["runuser", "-u", JOB_USER, "--", *argv]
+
+
+def sbatch(layout: ClusterLayout, *args: str, workdir: str | None = None) -> int:
+    """Submit a batch job as the unprivileged job user (in the cluster's jobs directory
+    unless told); returns its id."""
+    workdir = workdir or str(layout.jobs_dir)
     result = subprocess.run(
-        ["sbatch", "--parsable", f"--chdir={workdir}", *args],
+        as_job_user(["sbatch", "--parsable", f"--chdir={workdir}", *args]),
         env=env(layout),
         capture_output=True,
         text=True,

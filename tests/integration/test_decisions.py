@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from slurm_triage.devcluster.config_files import JOB_USER
 from slurm_triage.journal import NodeEvent
 from slurm_triage.slurm import JobState, open_door
 from tests.integration.slurmtest import decision_for as _decision
@@ -37,7 +38,7 @@ def _inject(layout, node: str, fault: str, gpu: int = 0) -> None:  # type: ignor
 def door(devcluster):  # type: ignore[no-untyped-def]
     d = open_door(env=env(devcluster), timeout_s=20)
     yield d
-    subprocess.run(["scancel", "-u", "root"], env=env(devcluster), timeout=30)
+    subprocess.run(["scancel", "-u", JOB_USER], env=env(devcluster), timeout=30)
     for node in NODES:
         _inject(devcluster, node, "clear")
         if d.node(node).drained:
@@ -48,7 +49,7 @@ def started(layout) -> str:  # type: ignore[no-untyped-def]
     """Shell that notes the job's script has started. Job ids restart at 1 on a new
     cluster, so the marker lives in the cluster's own directory (removed by `down`), never
     in /tmp where an earlier cluster's could linger."""
-    markers = layout.root / "markers"
+    markers = layout.jobs_dir / "markers"
     return (
         f"mkdir -p {markers}; touch {markers}/started-$SLURM_JOB_ID-${{SLURM_RESTART_COUNT:-0}}; "
     )
@@ -56,7 +57,7 @@ def started(layout) -> str:  # type: ignore[no-untyped-def]
 
 def _running(door, layout, job_id: int):  # type: ignore[no-untyped-def]
     """The job's script has started (RUNNING shows while the Prolog still runs)."""
-    marker = f"{layout.root}/markers/started-{job_id}-0"
+    marker = f"{layout.jobs_dir}/markers/started-{job_id}-0"
     wait_for(lambda: os.path.exists(marker), 60, f"job {job_id} script started")
     return door.job(job_id)
 

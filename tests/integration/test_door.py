@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import pwd
 
 import pytest
 
+from slurm_triage.devcluster.config_files import JOB_USER
 from slurm_triage.slurm import (
     InvalidJobState,
     JobNotFound,
@@ -50,7 +52,7 @@ def test_reads_running_job_fields(door: SlurmDoor, devcluster) -> None:  # type:
         assert job.nodes and job.nodes[0] in ("node1", "node2")
         assert job.excluded_nodes == ("node3",)
         assert job.requeue and job.batch
-        assert job.user == "root" and job.uid == 0
+        assert job.user == JOB_USER and job.uid == pwd.getpwnam(JOB_USER).pw_uid
         assert job.time_limit_min == 30
         assert job.restart_count == 0
         assert job.source == "scontrol"

@@ -6,13 +6,14 @@ from __future__ import annotations
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from slurm_triage.config import PolicyConfig
 from slurm_triage.journal import Journal
 from slurm_triage.slurm import open_door
-from tests.integration.slurmtest import env, wait_for
+from tests.integration.slurmtest import as_job_user, env, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOBS = 200
@@ -34,20 +35,22 @@ def _script(kind: str) -> str:
     }[kind]
 
 
-def _submit(layout, kind: str) -> int:  # type: ignore[no-untyped-def]
+def _submit(layout, kind: str, job_dir: Path) -> int:  # type: ignore[no-untyped-def]
     out = subprocess.run(
-        [
-            "sbatch",
-            "--parsable",
-            "--requeue",
-            "-N1",
-            "-c1",
-            "--chdir=/tmp",
-            "-o",
-            "/tmp/triage-load-%j.out",
-            "--wrap",
-            _script(kind),
-        ],
+        as_job_user(
+            [
+                "sbatch",
+                "--parsable",
+                "--requeue",
+                "-N1",
+                "-c1",
+                f"--chdir={job_dir}",
+                "-o",
+                f"{job_dir}/triage-load-%j.out",
+                "--wrap",
+                _script(kind),
+            ]
+        ),
         env=env(layout),
         capture_output=True,
         text=True,
@@ -90,7 +93,7 @@ def _runs(layout, job_ids: list[int]) -> dict[int, int]:  # type: ignore[no-unty
     return dict(ends)
 
 
-def test_200_jobs_one_decision_each_and_no_wrong_drains(devcluster) -> None:  # type: ignore[no-untyped-def]
+def test_200_jobs_one_decision_each_and_no_wrong_drains(devcluster, job_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """Every job end gets exactly one decision, the requeue budget holds, and only the node
     with the injected hardware fault is drained."""
     door = open_door(env=env(devcluster), timeout_s=30)
@@ -113,7 +116,7 @@ def test_200_jobs_one_decision_each_and_no_wrong_drains(devcluster) -> None:  # 
     started = time.monotonic()
     job_ids: list[int] = []
     try:
-        job_ids += [_submit(devcluster, kind) for kind in kinds]
+        job_ids += [_submit(devcluster, kind, job_dir) for kind in kinds]
         _check(devcluster, door, kinds, job_ids, started)
     finally:
         if job_ids:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,9 @@ from tests.integration.slurmtest import decision_for, env, sbatch, wait_for
 
 pytestmark = pytest.mark.integration
 
-PY = sys.executable
+# The dev cluster's runtime interpreter: first on the job's PATH (sbatch passes the
+# submitter's environment); the test's own may sit where the job user cannot reach.
+PY = "python3"
 RESUMES = 'if [ "${SLURM_RESTART_COUNT:-0}" -ge 1 ]; then echo resumed; exit 0; fi\n'
 # Rank 1 fails as PyTorch does; rank 0 would run on and is ended by srun.
 NCCL_TIMEOUT = (
@@ -64,29 +65,29 @@ def door(devcluster) -> SlurmDoor:  # type: ignore[no-untyped-def]
     return open_door(env=env(devcluster), timeout_s=15)
 
 
-def _two_node_job(devcluster, tmp_path: Path, program: str) -> int:  # type: ignore[no-untyped-def]
-    (tmp_path / "rank.py").write_text(program)
-    script = tmp_path / "job.sh"
+def _two_node_job(devcluster, job_dir: Path, program: str) -> int:  # type: ignore[no-untyped-def]
+    (job_dir / "rank.py").write_text(program)
+    script = job_dir / "job.sh"
     script.write_text(
         "#!/bin/bash\n"
         + RESUMES
-        + f"srun --kill-on-bad-exit=1 slurm-triage wrap -- {PY} {tmp_path}/rank.py\n"
+        + f"srun --kill-on-bad-exit=1 slurm-triage wrap -- {PY} {job_dir}/rank.py\n"
     )
     return sbatch(
         devcluster,
         "--requeue",
         "-N2",
         "--ntasks-per-node=1",
-        f"--output={tmp_path}/job.out",
+        f"--output={job_dir}/job.out",
         "--open-mode=append",  # a requeued run keeps the first run's log
         str(script),
-        workdir=str(tmp_path),
+        workdir=str(job_dir),
     )
 
 
-def _ended_run(door: SlurmDoor, devcluster, job_id: int, tmp_path: Path):  # type: ignore[no-untyped-def]
+def _ended_run(door: SlurmDoor, devcluster, job_id: int, job_dir: Path):  # type: ignore[no-untyped-def]
     decision = decision_for(devcluster, job_id, 0, timeout=120)
-    out = (tmp_path / "job.out").read_text()
+    out = (job_dir / "job.out").read_text()
     return decision, out
 
 
@@ -112,12 +113,12 @@ def _classify(devcluster, log: Path) -> dict:  # type: ignore[no-untyped-def,typ
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-def test_nccl_timeout_on_rank1_is_requeued(devcluster, door, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_nccl_timeout_on_rank1_is_requeued(devcluster, door, job_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """Rank 1 (node2) times out in NCCL and aborts; srun ends rank 0 and slurmstepd prints
     its step-cancel banner. nccl_timeout, requeued (no node to blame), and the run after the
     requeue completes."""
-    job_id = _two_node_job(devcluster, tmp_path, NCCL_TIMEOUT)
-    decision, out = _ended_run(door, devcluster, job_id, tmp_path)
+    job_id = _two_node_job(devcluster, job_dir, NCCL_TIMEOUT)
+    decision, out = _ended_run(door, devcluster, job_id, job_dir)
     assert "CANCELLED AT" in out, out  # the banner that used to win is there
     _rank1_off_the_batch_host(door, job_id, out)
     assert (decision.cause, decision.action, decision.blamed) == ("nccl_timeout", "requeue", ())
@@ -126,7 +127,7 @@ def test_nccl_timeout_on_rank1_is_requeued(devcluster, door, tmp_path: Path) -> 
         lambda: (j := door.job(job_id)).state is JobState.COMPLETED and j, 120, "requeued run"
     )
     assert done.restart_count == 1
-    assert _classify(devcluster, tmp_path / "job.out")["cause"] == "nccl_timeout"
+    assert _classify(devcluster, job_dir / "job.out")["cause"] == "nccl_timeout"
 
 
 @pytest.mark.parametrize(
@@ -135,12 +136,12 @@ def test_nccl_timeout_on_rank1_is_requeued(devcluster, door, tmp_path: Path) -> 
     ids=["keyerror", "oom"],
 )
 def test_user_error_on_rank1_is_not_requeued(  # type: ignore[no-untyped-def]
-    devcluster, door, tmp_path: Path, program: str, cause: str
+    devcluster, door, job_dir: Path, program: str, cause: str
 ) -> None:
     """Rank 1 (node2) fails with the user's own error; rank 0 is collateral. The job keeps
     the user's cause, is not requeued, and `classify` on its log says the same."""
-    job_id = _two_node_job(devcluster, tmp_path, program)
-    decision, out = _ended_run(door, devcluster, job_id, tmp_path)
+    job_id = _two_node_job(devcluster, job_dir, program)
+    decision, out = _ended_run(door, devcluster, job_id, job_dir)
     assert "CANCELLED AT" in out, out
     node = _rank1_off_the_batch_host(door, job_id, out)
     assert (decision.cause, decision.action) == (cause, "record_only"), out
@@ -148,5 +149,5 @@ def test_user_error_on_rank1_is_not_requeued(  # type: ignore[no-untyped-def]
     job = wait_for(lambda: (j := door.job(job_id)).state.finished and j, 30, "job final")
     assert job.state is JobState.FAILED and job.restart_count == 0
     assert f"rank 0: collateral: task 1 on {node} failed first ({cause})" in out, out
-    result = _classify(devcluster, tmp_path / "job.out")
+    result = _classify(devcluster, job_dir / "job.out")
     assert (result["cause"], result["nodes"]) == (cause, [node]), result

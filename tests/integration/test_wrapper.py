@@ -4,7 +4,6 @@ and Slurm's signals reaching the trainer through it."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,9 @@ from tests.integration.slurmtest import env, sbatch, wait_for
 
 pytestmark = pytest.mark.integration
 
-PY = sys.executable
+# The dev cluster's runtime interpreter: first on the job's PATH (sbatch passes the
+# submitter's environment); the test's own may sit where the job user cannot reach.
+PY = "python3"
 # Jobs may queue behind other tests' jobs or wait for a node another test drained.
 START_TIMEOUT_S = 240
 ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT,
@@ -27,13 +28,13 @@ def door(devcluster) -> SlurmDoor:  # type: ignore[no-untyped-def]
     return open_door(env=env(devcluster), timeout_s=15)
 
 
-def _submit(devcluster, tmp_path: Path, script: str, *options: str) -> int:  # type: ignore[no-untyped-def]
-    path = tmp_path / "job.sh"
+def _submit(devcluster, job_dir: Path, script: str, *options: str) -> int:  # type: ignore[no-untyped-def]
+    path = job_dir / "job.sh"
     path.write_text("#!/bin/bash\nset -e\n" + script + "\n")
     # --no-requeue: if another test's fault makes a prolog fail, fail fast instead of hanging.
     return sbatch(
-        devcluster, "--no-requeue", f"--output={tmp_path}/job.out", *options, str(path),
-        workdir=str(tmp_path),
+        devcluster, "--no-requeue", f"--output={job_dir}/job.out", *options, str(path),
+        workdir=str(job_dir),
     )  # fmt: skip
 
 
@@ -45,10 +46,10 @@ def _ended(door: SlurmDoor, job_id: int) -> JobState:
     )
 
 
-def _why(door: SlurmDoor, job_id: int, tmp_path: Path) -> str:
+def _why(door: SlurmDoor, job_id: int, job_dir: Path) -> str:
     """What to show when a job did not end as expected: its state, reason and output."""
     job = door.job(job_id)
-    out = tmp_path / "job.out"
+    out = job_dir / "job.out"
     text = out.read_text() if out.exists() else "(the job wrote no output: it never ran)"
     return f"job {job_id} {job.state_text or job.state.value} ({job.state_reason}):\n{text}"
 
@@ -67,26 +68,26 @@ def _exit(record: EvidenceRecord) -> ProcessExit:
     return fact
 
 
-def test_three_node_step_leaves_three_records(devcluster, door, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_three_node_step_leaves_three_records(devcluster, door, job_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """`srun -N3 --ntasks-per-node=1 slurm-triage wrap -- python ...` writes one parseable
     record per node, named <node>.<step>.json, each with that node's exit."""
     job_id = _submit(
         devcluster,
-        tmp_path,
+        job_dir,
         f"srun -N3 --ntasks-per-node=1 slurm-triage wrap -- {PY} -c "
         "\"import os; print('rank', os.environ['SLURM_PROCID'], 'on', "
         "os.environ['SLURMD_NODENAME'])\"",
         "-N3",
         "--ntasks-per-node=1",
     )
-    assert _ended(door, job_id) is JobState.COMPLETED, _why(door, job_id, tmp_path)
+    assert _ended(door, job_id) is JobState.COMPLETED, _why(door, job_id, job_dir)
     records = _records(devcluster, job_id)
     assert sorted(records) == ["node1.0.json", "node2.0.json", "node3.0.json"]
     for name, record in records.items():
         assert (record.job_id, record.step, record.collected_by) == (str(job_id), "0", Source.USER)
         assert record.node == name.split(".")[0]
         assert _exit(record).exit_code == 0
-    out = (tmp_path / "job.out").read_text()
+    out = (job_dir / "job.out").read_text()
     assert sorted(line.split()[1] for line in out.splitlines() if line.startswith("rank")) == [
         "0",
         "1",
@@ -94,30 +95,30 @@ def test_three_node_step_leaves_three_records(devcluster, door, tmp_path: Path) 
     ]
 
 
-def test_tasks_sharing_a_node_are_named_by_task_id(devcluster, door, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_tasks_sharing_a_node_are_named_by_task_id(devcluster, door, job_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """With --ntasks-per-node=2 each task's record carries its task id, and a failing rank's
     record has its own exit code."""
     job_id = _submit(
         devcluster,
-        tmp_path,
+        job_dir,
         f"srun --ntasks-per-node=2 slurm-triage wrap -- {PY} -c "
         "\"import os,sys; sys.exit(3 if os.environ['SLURM_PROCID'] == '1' else 0)\"",
         "-N1",
         "--ntasks-per-node=2",
     )
-    assert _ended(door, job_id) is JobState.FAILED, _why(door, job_id, tmp_path)
+    assert _ended(door, job_id) is JobState.FAILED, _why(door, job_id, job_dir)
     records = _records(devcluster, job_id)
     assert len(records) == 2, sorted(records)
     node = next(iter(records.values())).node
     assert sorted(records) == [f"{node}.0.0.json", f"{node}.0.1.json"]
     assert _exit(records[f"{node}.0.0.json"]).exit_code == 0
     assert _exit(records[f"{node}.0.1.json"]).exit_code == 3
-    assert "slurm-triage: job" in (tmp_path / "job.out").read_text()  # rank 1's summary
+    assert "slurm-triage: job" in (job_dir / "job.out").read_text()  # rank 1's summary
 
 
 @pytest.mark.parametrize("launch", ["srun", "srun bash -c"])
 def test_scancel_signal_reaches_the_trainer_once(  # type: ignore[no-untyped-def]
-    devcluster, door, tmp_path: Path, launch: str
+    devcluster, door, job_dir: Path, launch: str
 ) -> None:
     """`scancel --signal=USR1` (what --signal=USR1@120 does before the time limit) reaches
     the trainer on every node exactly once, whether srun runs the wrapper or a shell does."""
@@ -132,17 +133,15 @@ def test_scancel_signal_reaches_the_trainer_once(  # type: ignore[no-untyped-def
         "time.sleep(1)  # a duplicate would arrive within this second\n"
         "open(f'{d}/got.{r}', 'w').write(str(len(got)))\n"
     )
-    (tmp_path / "trainer.py").write_text(trainer)
-    command = f"slurm-triage wrap -- {PY} {tmp_path}/trainer.py {tmp_path}"
+    (job_dir / "trainer.py").write_text(trainer)
+    command = f"slurm-triage wrap -- {PY} {job_dir}/trainer.py {job_dir}"
     if launch != "srun":
         command = f"bash -c '{command}'"
     job_id = _submit(
-        devcluster, tmp_path, f"srun -N2 --ntasks-per-node=1 {command}", "-N2",
+        devcluster, job_dir, f"srun -N2 --ntasks-per-node=1 {command}", "-N2",
         "--ntasks-per-node=1",
     )  # fmt: skip
-    wait_for(
-        lambda: len(list(tmp_path.glob("ready.*"))) == 2, START_TIMEOUT_S, "both ranks started"
-    )
+    wait_for(lambda: len(list(job_dir.glob("ready.*"))) == 2, START_TIMEOUT_S, "both ranks started")
     subprocess.run(
         ["scancel", "--signal=USR1", str(job_id)],
         env=env(devcluster),
@@ -150,12 +149,12 @@ def test_scancel_signal_reaches_the_trainer_once(  # type: ignore[no-untyped-def
         timeout=30,
         capture_output=True,
     )
-    assert _ended(door, job_id) is JobState.COMPLETED, _why(door, job_id, tmp_path)
-    assert {p.name: p.read_text() for p in tmp_path.glob("got.*")} == {"got.0": "1", "got.1": "1"}
+    assert _ended(door, job_id) is JobState.COMPLETED, _why(door, job_id, job_dir)
+    assert {p.name: p.read_text() for p in job_dir.glob("got.*")} == {"got.0": "1", "got.1": "1"}
     assert all(_exit(r).exit_code == 0 for r in _records(devcluster, job_id).values())
 
 
-def test_batch_shell_relays_usr1_through_srun(devcluster, door, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_batch_shell_relays_usr1_through_srun(devcluster, door, job_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """The README's `--signal=B:USR1` pattern: the batch shell traps USR1 and passes it to
     srun, which has it delivered to the tasks; the trainer gets it exactly once."""
     trainer = (
@@ -169,17 +168,17 @@ def test_batch_shell_relays_usr1_through_srun(devcluster, door, tmp_path: Path) 
         "time.sleep(1)  # a duplicate would arrive within this second\n"
         "open(f'{d}/count', 'w').write(str(len(got)))\n"
     )
-    (tmp_path / "trainer.py").write_text(trainer)
+    (job_dir / "trainer.py").write_text(trainer)
     job_id = _submit(
         devcluster,
-        tmp_path,
-        f"srun slurm-triage wrap -- {PY} {tmp_path}/trainer.py {tmp_path} &\n"
+        job_dir,
+        f"srun slurm-triage wrap -- {PY} {job_dir}/trainer.py {job_dir} &\n"
         "pid=$!\n"
         "trap 'kill -USR1 $pid' USR1\n"
         "wait $pid || wait $pid\n",
         "-N1",
     )
-    wait_for(lambda: (tmp_path / "ready").exists(), START_TIMEOUT_S, "the trainer started")
+    wait_for(lambda: (job_dir / "ready").exists(), START_TIMEOUT_S, "the trainer started")
     subprocess.run(
         ["scancel", "--batch", "--signal=USR1", str(job_id)],
         env=env(devcluster),
@@ -187,5 +186,5 @@ def test_batch_shell_relays_usr1_through_srun(devcluster, door, tmp_path: Path) 
         timeout=30,
         capture_output=True,
     )
-    assert _ended(door, job_id) is JobState.COMPLETED, _why(door, job_id, tmp_path)
-    assert (tmp_path / "count").read_text() == "1"
+    assert _ended(door, job_id) is JobState.COMPLETED, _why(door, job_id, job_dir)
+    assert (job_dir / "count").read_text() == "1"
