@@ -212,6 +212,12 @@ class DecisionConfig:
     deadline_s: float = field(default=60.0, metadata=_range(1, 3600))
     # The node epilog's own deadline (Slurm drains the node if an Epilog overruns).
     epilog_deadline_s: float = field(default=20.0, metadata=_range(1, 3600))
+    # A failed job's node Epilog exits non-zero when root's evidence on that node alone would
+    # drain it (a drain cause, root-backed, this node blamed). Slurm then drains the node at
+    # once ("Epilog error", relabelled by the decision) and, on Slurm 25.11 with
+    # SlurmctldParameters=enable_expedited_requeue, restarts an `sbatch --requeue=expedite`
+    # job elsewhere within a second (docs/expedited-requeue.md). Never with policy.act false.
+    fail_epilog_on_node_fault: bool = True
     # Journal: SQLite (WAL). Keep it on the controller's local disk, or on a filesystem
     # with working POSIX locks when decisions run in first-node epilogs.
     journal: str = "/var/lib/slurm-triage/journal.sqlite"

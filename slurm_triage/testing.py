@@ -165,6 +165,11 @@ class FakeDoor(SlurmDoor):
         self.node_table[node] = _drained(self.node_table[node], reason, user)
         self._admin_drained.add(node)
 
+    def fail_epilog(self, node: str) -> None:
+        """A node's Epilog exited non-zero: slurmctld drains it as SlurmUser with its fixed
+        reason (not an operator's drain; not recorded as a call)."""
+        self.node_table[node] = _drained(self.node_table[node], "Epilog error", "slurm")
+
     def methods(self) -> list[str]:
         return [c.method for c in self.calls]
 

@@ -5,7 +5,8 @@ then the exclusions and the begin time on the now-pending job, then drains, then
 AdminComment summary. Each step's failure is recorded and the next steps still run, whatever
 it is (a SlurmError, or an OSError such as E2BIG from an absurd argument list): the decision
 is always journalled, so budgets keep counting. A drain never overrides a node an admin
-drained.
+drained; Slurm's own "Epilog error" drain (our Epilog failed on purpose: epilog.node_fault)
+on a node we drain is relabelled with our reason.
 """
 
 from __future__ import annotations
@@ -134,6 +135,10 @@ def _comment(door: SlurmDoor, job_id: int, summary: str, requeued: bool, errors:
         errors.append(f"admin_comment: {_describe(exc)}")
 
 
+# What slurmctld writes when a node's Epilog exits non-zero (22.05 through 25.11).
+SLURM_EPILOG_DRAIN_REASON = "Epilog error"
+
+
 def _drain(
     door: SlurmDoor, nodes: tuple[str, ...], reason: str, errors: list[str]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -141,7 +146,7 @@ def _drain(
     for node in nodes:
         try:
             current = door.node(node)
-            if current.drained:
+            if current.drained and current.reason != SLURM_EPILOG_DRAIN_REASON:
                 skipped.append(node)  # ours already, or an admin's: leave it as it is
                 continue
             door.drain(node, reason)

@@ -4,16 +4,19 @@ Gathers, bounded by `decision.epilog_deadline_s`: kernel-log events from 10 minu
 the job's end to now (XIDs, fallen off the bus, AER, MCE/EDAC, OOM kills), NVML state, and,
 when the job failed, a targeted post-job check of the suspect subsystems; writes them as
 this node's root record. It never exits non-zero for our own trouble: Slurm drains a node
-whose Epilog fails, and our bugs must not drain nodes.
+whose Epilog fails, and our bugs must not drain nodes. It exits non-zero on purpose when a
+failed job's root evidence on this node alone would drain it (`node_fault`): Slurm drains the
+node at once, and restarts an expedited-requeue job elsewhere (Slurm 25.11).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 
-from slurm_triage.attribution import job_window
+from slurm_triage.attribution import attribute, job_window
 from slurm_triage.config import Config
 from slurm_triage.evidence import (
     CheckStatus,
@@ -186,12 +189,34 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
     )
 
 
+# The Epilog's exit status when it asks Slurm to drain its node (any non-zero does).
+NODE_FAULT_EXIT = 1
+
+
+def node_fault(config: Config, end: JobEnd, record: EvidenceRecord, now: float) -> Cause | None:
+    """The cause for which this node must leave service now, judged on root's evidence from
+    this node alone, as the decision's drain step would judge it; None when not."""
+    settings = config.decision
+    if not (end.failed and settings.fail_epilog_on_node_fault and config.policy.act):
+        return None
+    found = attribute(record.facts, window=job_window(now))
+    if (
+        found.root_backed
+        and end.node in found.nodes
+        and found.cause.value in config.policy.drain_causes
+    ):
+        return found.cause
+    return None
+
+
 def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
-    """Collect and write this node's root record; then decide if this node must."""
+    """Collect and write this node's root record; then decide if this node must. Exits
+    NODE_FAULT_EXIT when this node must be drained now (`node_fault`), else 0."""
     env = dict(os.environ) if env is None else env
     end = JobEnd.from_env(env)
     log = get_logger(job_id=end.job_id, node=end.node)
-    record = collect(config, end)
+    now = time.time()
+    record = collect(config, end, now)
     try:
         path = write_root_record(
             config.paths.evidence_dir, end.job_id, end.node, record_to_json(record)
@@ -203,7 +228,16 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
         from slurm_triage.prolog_epilog.decide import decide_from_env
 
         decide_from_env(config, env)
-    return 0
+    try:
+        fault = node_fault(config, end, record, now)
+    except Exception as exc:  # our bug must not drain the node
+        log.error("epilog_node_fault_unjudged", error=f"{type(exc).__name__}: {exc}")
+        return 0
+    if fault is None:
+        return 0
+    log.warning("epilog_node_fault", cause=fault.value)
+    print(f"slurm-triage epilog: {end.node} must be drained: {fault.value}", file=sys.stderr)
+    return NODE_FAULT_EXIT
 
 
 def _first_node(env: dict[str, str]) -> str | None:

@@ -131,6 +131,18 @@ def test_drains_skip_drained_nodes_and_keep_going_past_unknown_ones(door: FakeDo
     assert door.node("node1").reason == "bad fan" and door.admin_drains_touched == []
 
 
+def test_slurms_epilog_error_drain_on_a_node_we_drain_gets_our_reason(door: FakeDoor) -> None:
+    """Our Epilog failed on purpose on node2 (root evidence of a node fault), so Slurm drained
+    it as "Epilog error": the decision that drains node2 relabels it with the cause. Another
+    node whose Epilog failed and that we do not drain keeps Slurm's word."""
+    door.fail_epilog("node2")
+    door.fail_epilog("node3")
+    applied = carry_out(door, Decision(Verdict.RECORD_ONLY, drain=("node2",)))
+    assert applied.drained == ("node2",) and applied.skipped_drains == ()
+    assert door.node("node2").reason == REASON and door.node("node2").drained
+    assert door.node("node3").reason == "Epilog error"
+
+
 def test_summary_on_a_finished_job_is_skipped_unless_it_was_requeued(door: FakeDoor) -> None:
     """Slurm refuses AdminComment once a job is past COMPLETING: fine for a job left ended,
     an error for a requeued one (the job should be pending)."""
