@@ -40,6 +40,8 @@ __all__ = ["MUTATING", "Call", "FakeDoor", "job_info", "node_info", "node_infos"
 MUTATING = frozenset(
     {
         "requeue",
+        "release",
+        "cancel",
         "set_excluded_nodes",
         "set_begin_time",
         "set_admin_comment",
@@ -160,6 +162,21 @@ class FakeDoor(SlurmDoor):
         reason = _ENDING_REASON.get(final, "None")
         self.jobs[job_id] = replace(job, state=JobState.COMPLETING, state_reason=reason)
 
+    def finish_expedited_requeue(self, job_id: int, *, epilog_failed: bool) -> None:
+        """Slurm 25.11 ends an expedited requeue once every Epilog and EpilogSlurmctld ended:
+        restarted at once when an Epilog failed (pending here), else requeued held."""
+        job = self.jobs[job_id]
+        self.accounting[job_id] = replace(
+            _accounted(job), state=JobState.REQUEUED, state_text="REQUEUED"
+        )
+        self.jobs[job_id] = replace(
+            job,
+            state=JobState.PENDING if epilog_failed else JobState.REQUEUE_HOLD,
+            state_reason="None" if epilog_failed else "job_requeued_in_held_state",
+            restart_count=job.restart_count + 1,
+            start_time=None,
+        )
+
     def drain_as_admin(self, node: str, reason: str, user: str = "admin") -> None:
         """An operator's drain, done outside slurm-triage (not recorded as a call)."""
         self.node_table[node] = _drained(self.node_table[node], reason, user)
@@ -221,6 +238,20 @@ class FakeDoor(SlurmDoor):
             start_time=None,
         )
         self.accounting.pop(job_id, None)
+
+    def release(self, job_id: int) -> None:
+        self._enter("release", job_id)
+        job = self._controller_job(job_id, f"scontrol release {job_id}")
+        if job.state not in (JobState.PENDING, JobState.REQUEUE_HOLD):
+            raise InvalidJobState(f"scontrol release {job_id}: Job is no longer pending execution")
+        self.jobs[job_id] = replace(job, state=JobState.PENDING, state_reason="None")
+
+    def cancel(self, job_id: int) -> None:
+        self._enter("cancel", job_id)
+        job = self._controller_job(job_id, f"scancel {job_id}")
+        if job.state.finished:
+            raise InvalidJobState(f"scancel {job_id}: Job/step already completing or completed")
+        self.jobs[job_id] = replace(job, state=JobState.CANCELLED, state_reason="None")
 
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
@@ -319,7 +350,7 @@ class FakeDoor(SlurmDoor):
         job = self._controller_job(job_id, command)
         if job.state.finished or job.state is JobState.COMPLETING:
             raise InvalidJobState(f"{command}: Job has already finished")
-        if job.state is not JobState.PENDING:
+        if job.state not in (JobState.PENDING, JobState.REQUEUE_HOLD):
             raise SlurmCommandError(f"{command}: Job is no longer pending execution")
         return job
 

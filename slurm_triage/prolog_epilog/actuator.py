@@ -80,9 +80,13 @@ def carry_out(
     drain_reason: str,
     dry_run: bool,
     already_requeued: bool = False,
+    held_by_slurm: bool = False,
 ) -> Applied:
     """Act on the decision; `already_requeued` when Slurm requeued the job itself (its
-    Prolog failed), so only the exclusions, drains and summary remain to do."""
+    Prolog failed, or an expedited requeue), so only the exclusions, drains and summary
+    remain to do. `held_by_slurm`: Slurm requeued it held (an expedited requeue with no
+    failed Epilog): a requeue releases it, a hold leaves it, anything else cancels it, since
+    a job we would not requeue must not sit in the queue for ever."""
     log = get_logger(job_id=job_id)
     if dry_run:
         log.info(
@@ -110,6 +114,11 @@ def carry_out(
                 excluded = result[0]
         if requeued and decision.begin_delay_s > 0:
             _step(errors, "begin_time", lambda: door.set_begin_time(job_id, decision.begin_delay_s))
+        if held_by_slurm and decision.verdict is Verdict.REQUEUE:
+            _step(errors, "release", lambda: door.release(job_id))
+        held = held or (held_by_slurm and decision.verdict is Verdict.HOLD)
+    elif held_by_slurm:
+        _step(errors, "cancel", lambda: door.cancel(job_id))
     drained, skipped = _drain(door, decision.drain, drain_reason, errors)
     if cause != "completed":  # the large majority; the journal has them, Slurm needs no note
         summary = admin_comment(cause, blamed, decision, restart + (1 if requeued else 0))

@@ -7,6 +7,7 @@ per job end even when deciders race: the journal's `claim(job, restart)` admits 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -31,6 +32,7 @@ from slurm_triage.policies import Decision, JobView, PastDecision, PolicyInput, 
 from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.prolog_epilog import actuator, safe_files
+from slurm_triage.prolog_epilog.detach import detach
 from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_door
 from slurm_triage.taxonomy import Action, Domain, info, parse_cause
 
@@ -124,6 +126,15 @@ def final_state(door: SlurmDoor, job: JobInfo, wait_s: float) -> str:
     if fallback:
         return fallback
     return "COMPLETED" if (job.exit_code, job.exit_signal) == (0, 0) else "FAILED"
+
+
+def _settled(door: SlurmDoor, job: JobInfo, deadline: float) -> JobInfo:
+    """The job once Slurm has finished an expedited requeue (restarted it, or requeued it
+    held): it stays COMPLETING until every Epilog and EpilogSlurmctld ended. Bounded."""
+    while job.state is JobState.COMPLETING and time.monotonic() < deadline:
+        time.sleep(0.05)
+        job = door.job(job.job_id)
+    return job
 
 
 def wait_for_root_records(config: Config, ending: Ending) -> tuple[str, ...]:
@@ -349,6 +360,11 @@ def decide(
 ) -> Outcome:
     started = time.monotonic()
     job = door.job(ending.job_id)
+    if job.expedited_requeue and job.state is JobState.COMPLETING:
+        job = _settled(door, job, started + config.decision.deadline_s / 4)
+    # An expedited requeue with no failed Epilog: Slurm requeued it held, for us to release
+    # (requeue), leave (hold) or end (record only).
+    held_by_slurm = job.expedited_requeue and job.state is JobState.REQUEUE_HOLD
     if ending.exit_code is None:
         ending = replace(ending, exit_code=job.exit_code, exit_signal=job.exit_signal)
     # At EpilogSlurmctld time a job that just ended is COMPLETING (or already finished).
@@ -412,6 +428,7 @@ def decide(
         drain_reason=reason,
         dry_run=not config.policy.act,
         already_requeued=requeued_by_slurm,
+        held_by_slurm=held_by_slurm,
     )
     _record(journal, ending, job, state_text, attribution, decision, applied)
     log.info(
@@ -472,19 +489,61 @@ def _record(
 def decide_from_env(
     config: Config, env: dict[str, str] | None = None, door: SlurmDoor | None = None
 ) -> Outcome | None:
-    """Entry for EpilogSlurmctld / the first node's epilog: never raises our own errors."""
+    """Entry for EpilogSlurmctld / the first node's epilog: never raises our own errors.
+    The failed run of an expedited-requeue job is decided in a detached process (detach.py),
+    and this returns None at once."""
     env = dict(os.environ) if env is None else env
     log = get_logger(job_id=env.get("SLURM_JOB_ID"))
     try:
         ending = Ending.from_env(env, time.time())
-        journal = Journal(config.decision.journal, config.decision.journal_busy_timeout_s)
         door = door or open_door(config.slurm)
-        try:
-            return decide(config, ending, door, journal, env)
-        finally:
-            journal.close()
+        if _expedited_failure(door, ending):
+            _decide_detached(config, ending, door, env)
+            return None
+        return _decide_with_journal(config, ending, door, env)
     except (JournalError, SlurmError) as exc:
         log.error("decision_failed", error=str(exc))
     except (KeyError, ValueError, hostlist.HostlistError) as exc:
         log.error("decision_bad_environment", error=f"{type(exc).__name__}: {exc}")
     return None
+
+
+def _decide_with_journal(
+    config: Config, ending: Ending, door: SlurmDoor, env: dict[str, str]
+) -> Outcome:
+    journal = Journal(config.decision.journal, config.decision.journal_busy_timeout_s)
+    try:
+        return decide(config, ending, door, journal, env)
+    finally:
+        journal.close()
+
+
+def _expedited_failure(door: SlurmDoor, ending: Ending) -> bool:
+    """A failed run of an `--requeue=expedite` job, still COMPLETING: Slurm restarts or
+    holds it only once this hook has ended."""
+    job = door.job(ending.job_id)
+    code = ending.exit_code if ending.exit_code is not None else job.exit_code
+    return job.expedited_requeue and job.state is JobState.COMPLETING and code != 0
+
+
+def _decide_detached(config: Config, ending: Ending, door: SlurmDoor, env: dict[str, str]) -> None:
+    """Returns at once in the hook; the detached process decides, then ends right there
+    (never returning into the hook's code)."""
+    log = get_logger(job_id=ending.job_id)
+    try:
+        if detach():
+            log.info("decision_detached", why="an expedited requeue waits for this hook")
+            return
+    except OSError as exc:  # cannot fork: decide here, as for any other job
+        log.warning("decision_not_detached", error=str(exc))
+        _decide_with_journal(config, ending, door, env)
+        return
+    status = 0
+    try:
+        _decide_with_journal(config, ending, door, env)
+    except BaseException as exc:  # nobody is left to report to but the log
+        log.error("decision_failed", error=f"{type(exc).__name__}: {exc}")
+        status = 1
+    finally:
+        logging.shutdown()
+        os._exit(status)

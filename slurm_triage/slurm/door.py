@@ -39,6 +39,14 @@ class SlurmDoor(abc.ABC):
         """Requeue a running or just-ended batch job; held jobs wait for `scontrol release`."""
 
     @abc.abstractmethod
+    def release(self, job_id: int) -> None:
+        """Release a held job (`scontrol release`): it may start again."""
+
+    @abc.abstractmethod
+    def cancel(self, job_id: int) -> None:
+        """Cancel a job (`scancel`): pending, it never starts; running, it is ended."""
+
+    @abc.abstractmethod
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
     ) -> tuple[str, ...]:

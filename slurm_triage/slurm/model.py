@@ -127,6 +127,9 @@ class JobInfo:
     batch_host: str = ""
     start_time: float | None = None  # epoch seconds this run started (None: not started)
     required_nodes: tuple[str, ...] = ()  # ReqNodeList; accounting does not keep it
+    # sbatch --requeue=expedite (Slurm 25.11+, `ExpeditedRequeue=Yes`): Slurm itself requeues
+    # the job at once when one of its node Epilogs failed, and requeues it held otherwise.
+    expedited_requeue: bool = False
 
 
 class NodeFlag(enum.StrEnum):

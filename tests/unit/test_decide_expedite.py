@@ -1,0 +1,134 @@
+"""Slurm 25.11's expedited requeue (`sbatch --requeue=expedite`): Slurm restarts a failed
+job at once when an Epilog failed (ours does on a node fault) and requeues it held when none
+did. The decision then labels, records and settles the held job; it never requeues twice."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_triage.evidence import RootException
+from slurm_triage.prolog_epilog import decide as decide_module
+from slurm_triage.prolog_epilog.decide import Ending, decide
+from slurm_triage.slurm import JobState
+from slurm_triage.taxonomy import Cause
+from slurm_triage.testing import FakeDoor, job_info
+from tests.unit.test_decide import JOB, NODES, USER, Cluster, comment, nccl_timeout, xid79
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="root records need root")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Cluster:
+    c = Cluster(tmp_path)
+    c.door.jobs[JOB] = replace(c.door.jobs[JOB], expedited_requeue=True)
+    return c
+
+
+def _settle(cluster: Cluster, *, epilog_failed_on: tuple[str, ...] = (), exit_code: int = 1):
+    """The run failed; the Epilogs ran (ours failed where named) and Slurm settled the
+    expedited requeue before the detached decision looked."""
+    cluster.door.end_job(JOB, "FAILED", exit_code=exit_code)
+    for node in epilog_failed_on:
+        cluster.door.fail_epilog(node)
+    cluster.door.finish_expedited_requeue(JOB, epilog_failed=bool(epilog_failed_on))
+    ending = Ending(JOB, 1, NODES, USER, exit_code, 0, time.time())
+    return decide(cluster.config, ending, cluster.door, cluster.journal, {})
+
+
+@needs_root
+def test_a_node_fault_restarted_by_slurm_is_labelled_and_recorded_not_requeued(
+    cluster: Cluster,
+) -> None:
+    cluster.root_record("node1")
+    cluster.root_record("node2", xid79("node2"))
+    _settle(cluster, epilog_failed_on=("node2",))
+    door = cluster.door
+    assert not {"requeue", "release", "cancel"} & set(door.methods())
+    assert door.node("node2").reason.startswith("triage: gpu_unavailable job=7: ")
+    assert comment(door)["cause"] == "gpu_unavailable"
+    row = cluster.row(0)
+    assert (row.state, row.cause, row.action, row.drained) == (
+        "REQUEUED",
+        "gpu_unavailable",
+        "requeue",
+        ("node2",),
+    )
+
+
+@needs_root
+def test_a_held_requeue_we_would_requeue_is_released(cluster: Cluster) -> None:
+    """A NCCL timeout with no culprit: no Epilog failed, Slurm held the job; we release it."""
+    cluster.user_record("node1", *nccl_timeout("node1"))
+    _settle(cluster)
+    door = cluster.door
+    assert "requeue" not in door.methods() and "cancel" not in door.methods()
+    assert door.methods().count("release") == 1
+    assert door.jobs[JOB].state is JobState.PENDING
+    assert cluster.row(0).cause == Cause.NCCL_TIMEOUT.value
+
+
+@needs_root
+def test_a_held_requeue_of_a_user_bug_is_ended_not_left_held(cluster: Cluster) -> None:
+    cluster.user_record(
+        "node1",
+        RootException(node="node1", exc_type="KeyError", message="'lr'", time=time.time()),
+    )
+    _settle(cluster)
+    door = cluster.door
+    assert door.methods().count("cancel") == 1 and "release" not in door.methods()
+    assert door.jobs[JOB].state is JobState.CANCELLED
+    assert cluster.row(0).cause == Cause.USER_CODE.value
+
+
+def test_only_a_failed_expedited_run_still_completing_is_detached() -> None:
+    door = FakeDoor([job_info(JOB, nodes=NODES)], ())
+
+    def expedited_failure(exit_code: int, expedite: bool = True) -> bool:
+        door.jobs[JOB] = replace(door.jobs[JOB], expedited_requeue=expedite)
+        door.end_job(JOB, "FAILED" if exit_code else "COMPLETED", exit_code=exit_code)
+        ending = Ending(JOB, 0, NODES, USER, exit_code, 0, time.time())
+        return decide_module._expedited_failure(door, ending)
+
+    assert expedited_failure(3) is True
+    assert expedited_failure(0) is False  # Slurm completes a clean exit as usual
+    assert expedited_failure(3, expedite=False) is False
+
+
+DETACHING = """
+import os, sys, time
+from slurm_triage.prolog_epilog.detach import detach
+go, done = sys.argv[1], sys.argv[2]
+if detach():
+    print("hook returns")
+    sys.exit(0)
+while not os.path.exists(go):
+    time.sleep(0.01)
+open(done, "w").close()
+os._exit(0)
+"""
+
+
+def test_the_hook_ends_and_its_pipes_close_while_the_decision_goes_on(tmp_path: Path) -> None:
+    """Slurm waits for the hook's exit and for EOF on its stdout/stderr: both come while the
+    detached process still waits for its go."""
+    go, done = tmp_path / "go", tmp_path / "done"
+    hook = subprocess.run(
+        [sys.executable, "-c", DETACHING, str(go), str(done)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert hook.returncode == 0 and hook.stdout == "hook returns\n"
+    assert not done.exists()
+    go.touch()
+    deadline = time.monotonic() + 30
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert done.exists()
