@@ -174,7 +174,7 @@ def test_two_deciders_make_one_decision(devcluster, door) -> None:  # type: igno
 
 def test_hostile_records_drain_nothing(devcluster, door) -> None:  # type: ignore[no-untyped-def]
     """A symlinked record, an oversized one and one naming another job are ignored; a
-    record falsely claiming root evidence may exclude for this job but never drains."""
+    record falsely claiming root evidence may blame a node of this job but never drains."""
     evidence = devcluster.evidence_dir
     fake = {
         "schema": "slurm-triage/evidence",
@@ -209,7 +209,9 @@ def test_hostile_records_drain_nothing(devcluster, door) -> None:  # type: ignor
     decision = _decision(devcluster, job_id)
     assert decision.drained == ()
     assert not any(door.node(n).drained for n in NODES)
-    assert decision.blamed == ("node1",) and decision.excluded == ("node1",)
+    # -w node1: the blamed node is required, so the job is held, never excluded from it.
+    assert decision.blamed == ("node1",) and decision.excluded == ()
+    assert decision.action == "hold"
     log = (devcluster.log / "slurm-triage.log").read_text()
     rejected = [
         json.loads(x)["detail"]
