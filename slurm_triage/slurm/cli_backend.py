@@ -1,8 +1,11 @@
-"""The Slurm door over the command line: scontrol, sinfo, sacct. Works with any Slurm.
+"""The Slurm door over the command line: scontrol, sinfo, sacct. Works with Slurm 22.05-25.11.
 
-Reads use machine-readable forms where 22.05 has working ones (`sinfo --json`, `sacct -P`);
-`scontrol --json` does not exist there, so jobs are read from `scontrol show job` with a
-parser that is safe against user-controlled text (see parse.parse_key_values).
+Reads use machine-readable forms where the installed Slurm has working ones: nodes come from
+`scontrol --json show nodes` from 23.02 on and from `sinfo --json` on 22.05 (which has no
+`scontrol --json`, while 23.02+ sinfo prints another document); jobs from `sacct -P` and
+from `scontrol show job`, with a parser that is safe against user-controlled text (see
+parse.parse_scontrol_job). The version deciding this is the client's (`scontrol --version`,
+asked once per door): the clients print the documents we parse.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ log = get_logger(component="slurm.cli")
 
 # Drain reasons travel through argv; Slurm stores them on one line of limited length.
 MAX_REASON_CHARS = 500
+# `scontrol --json` (data_parser v0.0.39) and `sinfo --json`'s {"sinfo": [...]} both
+# arrived in 23.02.
+SCONTROL_JSON_SINCE = (23, 2)
 
 
 def _resolver(bin_dir: str, env: dict[str, str] | None):  # type: ignore[no-untyped-def]
@@ -44,6 +50,7 @@ class CliDoor(SlurmDoor):
 
     def __init__(self, runner: Runner, bin_dir: str = "") -> None:
         self._runner = runner
+        self._version = ""
         runner.resolve = _resolver(bin_dir, runner.env)
 
     def job(self, job_id: int) -> JobInfo:
@@ -75,10 +82,20 @@ class CliDoor(SlurmDoor):
 
     def nodes(self, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
         wanted = list(dict.fromkeys(names)) if names is not None else None
-        argv = ["sinfo", "--json"]
-        if wanted:
-            argv += ["-n", hostlist.compress(wanted)]
-        found = parse.parse_sinfo_json(self._runner.run(argv).stdout, wanted)
+        if wanted == []:
+            return ()
+        if parse.version_tuple(self.slurm_version()) >= SCONTROL_JSON_SINCE:
+            # `show node LIST` answers only the known names of LIST (rc 0), so a missing
+            # one is found below, as with sinfo.
+            argv = ["scontrol", "--json", "show", "nodes"]
+            if wanted:
+                argv[-1:] = ["node", hostlist.compress(wanted)]
+            found = parse.parse_scontrol_nodes_json(self._runner.run(argv).stdout, wanted)
+        else:
+            argv = ["sinfo", "--json"]
+            if wanted:
+                argv += ["-n", hostlist.compress(wanted)]
+            found = parse.parse_sinfo_json(self._runner.run(argv).stdout, wanted)
         if wanted is not None and len(found) != len(wanted):
             missing = sorted(set(wanted) - {n.name for n in found})
             raise NodeNotFound(f"unknown node(s): {','.join(missing)}")
@@ -87,6 +104,14 @@ class CliDoor(SlurmDoor):
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._runner.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
         log.info("job_requeued", job_id=job_id, hold=hold)
+
+    def release(self, job_id: int) -> None:
+        self._runner.run(["scontrol", "release", str(job_id)])
+        log.info("job_released", job_id=job_id)
+
+    def cancel(self, job_id: int) -> None:
+        self._runner.run(["scancel", str(job_id)])
+        log.info("job_cancelled", job_id=job_id)
 
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
@@ -133,4 +158,7 @@ class CliDoor(SlurmDoor):
         log.info("node_resumed", node=node)
 
     def slurm_version(self) -> str:
-        return parse.parse_version(self._runner.run(["scontrol", "--version"]).stdout)
+        """The Slurm clients' version, asked once per door (the output formats are theirs)."""
+        if not self._version:
+            self._version = parse.parse_version(self._runner.run(["scontrol", "--version"]).stdout)
+        return self._version

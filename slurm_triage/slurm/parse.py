@@ -1,7 +1,8 @@
-"""Pure parsers of Slurm 22.05+ client output: `scontrol show job`, `sinfo --json`, `sacct`.
+"""Pure parsers of Slurm 22.05-25.11 client output: `scontrol show job`, `sacct`, and the
+node list as JSON (`sinfo --json` on 22.05, `scontrol --json show nodes` from 23.02 on).
 
 They take text and return model objects or raise SlurmOutputError; no I/O here, so they
-are fuzzed directly (issue 8) and tested on recorded output.
+are fuzzed directly (issue 8) and tested on output recorded from both Slurm generations.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ _KEY_AT = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
 SACCT_DELIMITER = "\x1f"
 SACCT_FIELDS = (
     "JobID",
+    # Rows are matched on this: an array task prints JobID 13_1 and a het job part 16+1,
+    # while JobIDRaw is the id that `sacct -j`, scontrol and the Epilog use.
+    "JobIDRaw",
     "State",
     "ExitCode",
     "NodeList",
@@ -81,6 +85,12 @@ def _int(value: str | None, default: int = 0) -> int:
         return int(str(value).strip())
     except (TypeError, ValueError):
         return default
+
+
+def _leading_int(value: str | None) -> int:
+    """A pending job's `NumNodes=2-4` (min-max) is its minimum; `NumNodes=2` is 2."""
+    match = re.match(r"\s*(\d+)", value or "")
+    return int(match.group(1)) if match else 0
 
 
 def parse_exit_code(text: str | None) -> tuple[int, int]:
@@ -264,32 +274,35 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
         user=user,
         uid=uid,
         partition=_none_if_null(fields.get("Partition")),
-        num_nodes=_int(fields.get("NumNodes")),
+        num_nodes=_leading_int(fields.get("NumNodes")),
         time_limit_min=parse_time_limit_min(fields.get("TimeLimit")),
         admin_comment=_none_if_null(fields.get("AdminComment")),
         comment=_none_if_null(fields.get("Comment")),
         source="scontrol",
         std_out=_none_if_null(fields.get("StdOut")),
-        std_err=_none_if_null(fields.get("StdErr")),
+        # 25.11 prints `StdErr=` (empty) when stderr goes to the StdOut file; 22.05-25.05
+        # printed the StdOut path there.
+        std_err=_none_if_null(fields.get("StdErr")) or _none_if_null(fields.get("StdOut")),
         batch_host=_none_if_null(fields.get("BatchHost")),
         start_time=parse_timestamp(fields.get("StartTime")),
     )
 
 
 def parse_sacct_job(text: str, job_id: int) -> JobInfo:
-    """A finished job from `sacct -D -X -n -P --delimiter=US -o SACCT_FIELDS`: the last row is
-    the current run, earlier REQUEUED rows count its restarts."""
+    """A job from `sacct -D -X -n -P --delimiter=US -o SACCT_FIELDS`, matched on JobIDRaw:
+    the last row is the current run, and every earlier row is a run that was requeued, so
+    one restart each (REQUEUED after `scontrol requeue`, but NODE_FAIL when slurmctld
+    requeued it for a failed node, on 22.05 as on 25.11)."""
     rows = [
-        line.split(SACCT_DELIMITER, len(SACCT_FIELDS) - 1)
+        dict(zip(SACCT_FIELDS, line.split(SACCT_DELIMITER, len(SACCT_FIELDS) - 1), strict=True))
         for line in text.splitlines()
-        if line.strip()
+        if line.count(SACCT_DELIMITER) >= len(SACCT_FIELDS) - 1
     ]
-    rows = [r for r in rows if len(r) == len(SACCT_FIELDS) and r[0].strip() == str(job_id)]
+    rows = [r for r in rows if r["JobIDRaw"].strip() == str(job_id)]
     if not rows:
         raise SlurmOutputError(f"sacct: no record for job {job_id}")
-    row = dict(zip(SACCT_FIELDS, rows[-1], strict=True))
+    row = rows[-1]
     exit_code, exit_signal = parse_exit_code(row["ExitCode"])
-    requeues = sum(1 for r in rows if JobState.parse(r[1]) is JobState.REQUEUED)
     return JobInfo(
         job_id=job_id,
         state=JobState.parse(row["State"]),
@@ -298,7 +311,7 @@ def parse_sacct_job(text: str, job_id: int) -> JobInfo:
         exit_signal=exit_signal,
         nodes=_nodes(row["NodeList"] if row["NodeList"] != "None assigned" else ""),
         excluded_nodes=(),
-        restart_count=requeues,
+        restart_count=len(rows) - 1,
         requeue=False,  # accounting does not record the flag; callers must not assume it
         batch=True,
         user=row["User"],
@@ -314,18 +327,39 @@ def parse_sacct_job(text: str, job_id: int) -> JobInfo:
 
 
 def parse_sinfo_json(text: str, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
-    """Nodes from `sinfo --json` (22.05+), filtered to names (sinfo may ignore filters)."""
+    """Nodes from 22.05's `sinfo --json` (`{"nodes": [...]}`), filtered to names (22.05's
+    sinfo ignores `-n` with --json). From 23.02 on sinfo prints `{"sinfo": [...]}`, one entry
+    per node and partition: read those with parse_scontrol_nodes_json instead."""
+    return _parse_nodes_document(text, names, "sinfo --json")
+
+
+def parse_scontrol_nodes_json(
+    text: str, names: Iterable[str] | None = None
+) -> tuple[NodeInfo, ...]:
+    """Nodes from `scontrol --json show nodes` or `show node LIST` (23.02+: `{"nodes":
+    [...]}`, data_parser v0.0.39 to v0.0.44), filtered to names; unknown names are simply
+    absent from Slurm's answer."""
+    return _parse_nodes_document(text, names, "scontrol --json show nodes")
+
+
+def _parse_nodes_document(
+    text: str, names: Iterable[str] | None, command: str
+) -> tuple[NodeInfo, ...]:
+    if len(text) > MAX_OUTPUT_BYTES:
+        raise SlurmOutputError(f"{command}: output too large")
     try:
         data = json.loads(text)
         raw_nodes: list[dict[str, Any]] = data["nodes"]
+        if not isinstance(raw_nodes, list):
+            raise TypeError
     except (ValueError, KeyError, TypeError, RecursionError):
-        raise SlurmOutputError("sinfo --json: not the expected JSON document") from None
+        raise SlurmOutputError(f"{command}: not the expected JSON document") from None
     by_name: dict[str, NodeInfo] = {}
     for raw in raw_nodes:
         try:
             node = _node_from_json(raw)
-        except (KeyError, TypeError, AttributeError):
-            raise SlurmOutputError("sinfo --json: a node entry lacks name/state") from None
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise SlurmOutputError(f"{command}: a node entry lacks name/state") from None
         by_name.setdefault(node.name, node)
     if names is None:
         return tuple(by_name[n] for n in sorted(by_name))
@@ -333,24 +367,53 @@ def parse_sinfo_json(text: str, names: Iterable[str] | None = None) -> tuple[Nod
 
 
 def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
+    """One node entry of either document. The shapes per version (each tested on a sample):
+    state: 22.05 "idle" + state_flags ["DRAIN"]; 23.02+ ["IDLE", "DRAIN"] (base state first,
+    flags after, in data_parser's flag table order). reason_changed_at: 22.05 and v0.0.39
+    (23.02) a plain int, v0.0.40+ (23.11 on) {"set", "infinite", "number"}; 0 or unset means
+    no time. reason_set_by_user: null or "" when no reason. partitions: a list (a CSV string
+    is accepted too)."""
     state = raw["state"]
-    # 22.05: "state": "idle", "state_flags": ["DRAIN"]; 23.02+: "state": ["IDLE", "DRAIN"].
     words = [state] if isinstance(state, str) else list(state)
     words += list(raw.get("state_flags") or [])
-    base, *flags = [str(w).upper() for w in words]
-    reason_time = raw.get("reason_changed_at")
-    if isinstance(reason_time, dict):  # 23.02+: {"set": true, "number": N}
-        reason_time = reason_time.get("number") if reason_time.get("set") else None
+    if not words or not all(isinstance(w, str) and w for w in words):
+        raise ValueError("no node state")
+    base, *flags = [w.upper() for w in words]
     return NodeInfo(
-        name=str(raw["name"]),
+        name=_json_text(raw["name"], required=True),
         state=base,
         flags=frozenset(flags),
-        reason=str(raw.get("reason") or ""),
-        reason_user=str(raw.get("reason_set_by_user") or ""),
-        reason_time=int(reason_time) if reason_time else None,
-        partitions=tuple(str(p) for p in raw.get("partitions") or ()),
-        comment=str(raw.get("comment") or ""),
+        reason=_json_text(raw.get("reason")),
+        reason_user=_json_text(raw.get("reason_set_by_user")),
+        reason_time=_json_time(raw.get("reason_changed_at")),
+        partitions=_json_names(raw.get("partitions")),
+        comment=_json_text(raw.get("comment")),
     )
+
+
+def _json_text(value: Any, *, required: bool = False) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value):
+        raise TypeError("not a string")
+    return value
+
+
+def _json_time(value: Any) -> int | None:
+    """A plain int (v0.0.39 and 22.05) or {"set": bool, "infinite": bool, "number": int}."""
+    if isinstance(value, dict):
+        if not value.get("set") or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
+
+
+def _json_names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.split(",")
+    return tuple(str(p) for p in value or () if p)
 
 
 def parse_timestamp(text: str | None) -> float | None:
@@ -362,6 +425,14 @@ def parse_timestamp(text: str | None) -> float | None:
         return datetime.fromisoformat(value).timestamp()
     except ValueError:
         return None
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """'25.11.7' -> (25, 11), for comparing releases."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if not match:
+        raise SlurmOutputError(f"unparsable Slurm version {version[:80]!r}")
+    return int(match.group(1)), int(match.group(2))
 
 
 def parse_version(text: str) -> str:

@@ -166,3 +166,28 @@ def test_unknown_job_and_node_are_clear_errors(door: SlurmDoor) -> None:
         door.job(999_999)
     with pytest.raises(NodeNotFound):
         door.node("node99")
+
+
+def test_cli_door_reads_nodes_and_array_tasks(devcluster) -> None:  # type: ignore[no-untyped-def]
+    """The command-line door (whatever the default backend) reads nodes in the form of the
+    running Slurm (sinfo --json on 22.05, scontrol --json from 23.02), and finds an array task
+    in accounting by its raw id (sacct prints JobID 13_1 for it)."""
+    door = open_door(env=env(devcluster), timeout_s=15, backend="cli")
+    assert [n.name for n in door.nodes()] == ["node1", "node2", "node3"]
+    assert [n.name for n in door.nodes(["node3", "node1"])] == ["node3", "node1"]
+    assert all(n.partitions == ("gpu",) for n in door.nodes())
+    with pytest.raises(NodeNotFound, match="node99"):
+        door.nodes(["node1", "node99"])
+    array_id = sbatch(devcluster, "-a", "0-1", "--wrap", "true")
+    wait_for(
+        lambda: _accounted_state(door, array_id) is JobState.COMPLETED, 60, "array task accounted"
+    )
+    task = door.accounted_job(array_id)
+    assert (task.job_id, task.restart_count, task.source) == (array_id, 0, "sacct")
+
+
+def _accounted_state(door: SlurmDoor, job_id: int) -> JobState | None:
+    try:
+        return door.accounted_job(job_id).state
+    except JobNotFound:
+        return None

@@ -19,6 +19,7 @@ from slurm_triage.slurm.parse import (
     parse_key_values,
     parse_sacct_job,
     parse_scontrol_job,
+    parse_scontrol_nodes_json,
     parse_sinfo_json,
 )
 from tests.conftest import FIXTURES
@@ -31,6 +32,8 @@ FAST = settings(
 SCONTROL = (FIXTURES / "slurm" / "scontrol_show_job_running.txt").read_text()
 SACCT = (FIXTURES / "slurm" / "sacct_failed_exit5.txt").read_text()
 SINFO = (FIXTURES / "slurm" / "sinfo.json").read_text()
+SCONTROL_25 = (FIXTURES / "slurm" / "25.11" / "scontrol_show_job_pending_user_text.txt").read_text()
+NODES_25 = (FIXTURES / "slurm" / "25.11" / "scontrol_show_node_draining_allocated.json").read_text()
 
 
 def _mutate(text: str, data: st.DataObject) -> str:
@@ -69,6 +72,17 @@ def test_sinfo_parser_only_raises_ours(data: st.DataObject) -> None:
     """Mutated sinfo --json parses or raises SlurmOutputError."""
     with contextlib.suppress(SlurmOutputError):
         parse_sinfo_json(_mutate(SINFO, data))
+
+
+@FAST
+@given(st.data())
+def test_25_11_parsers_only_raise_ours(data: st.DataObject) -> None:
+    """Mutated 25.11 `scontrol --json show node` and `scontrol show job` output parses or
+    raises SlurmOutputError."""
+    with contextlib.suppress(SlurmOutputError):
+        parse_scontrol_nodes_json(_mutate(NODES_25, data))
+    with contextlib.suppress(SlurmOutputError):
+        parse_scontrol_job(_mutate(SCONTROL_25, data), 10)
 
 
 @FAST

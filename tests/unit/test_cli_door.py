@@ -1,0 +1,120 @@
+"""The command-line door picks what it asks Slurm by the clients' version: fake scontrol and
+sinfo executables that answer with output recorded on 22.05 and 25.11 and log their argv."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from slurm_triage.slurm.cli_backend import CliDoor
+from slurm_triage.slurm.errors import NodeNotFound, SlurmOutputError
+from slurm_triage.slurm.parse import SACCT_DELIMITER, SACCT_FIELDS
+from slurm_triage.slurm.runner import Runner
+from tests.conftest import FIXTURES
+
+SLURM = FIXTURES / "slurm"
+
+
+def _fake_slurm(bin_dir: Path, version: str, answers: dict[str, str]) -> tuple[CliDoor, Path]:
+    """scontrol/sinfo that print `slurm VERSION` for --version and the fixture named for
+    their exact argv; anything else fails the way Slurm does (rc 1, a line on stderr)."""
+    log = bin_dir / "argv.log"
+    for command in ("scontrol", "sinfo", "sacct"):
+        cases = [f'  "--version") echo "slurm {version}" ;;']
+        cases += [
+            f"  {shlex.quote(argv.removeprefix(command + ' '))}) cat {shlex.quote(str(path))} ;;"
+            for argv, path in answers.items()
+            if argv.startswith(command + " ")
+        ]
+        script = bin_dir / command
+        script.write_text(
+            "#!/bin/sh\n"
+            f'echo "{command} $*" >> {shlex.quote(str(log))}\n'
+            'case "$*" in\n' + "\n".join(cases) + "\n"
+            '  *) echo "unexpected: $*" >&2; exit 1 ;;\nesac\n'
+        )
+        script.chmod(0o755)
+    return CliDoor(Runner(timeout_s=5, attempts=1), bin_dir=str(bin_dir)), log
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().splitlines()
+
+
+def test_25_11_nodes_come_from_scontrol_json(tmp_path: Path) -> None:
+    """On 25.11 all nodes come from `scontrol --json show nodes`, named ones from `show node
+    LIST`; the version is asked once per door."""
+    v25 = SLURM / "25.11"
+    door, log = _fake_slurm(
+        tmp_path,
+        "25.11.7",
+        {
+            "scontrol --json show nodes": str(v25 / "scontrol_show_nodes.json"),
+            "scontrol --json show node node3": str(v25 / "scontrol_show_node_drained_idle.json"),
+        },
+    )
+    assert [n.name for n in door.nodes()] == ["node1", "node2", "node3"]
+    node = door.node("node3")
+    assert (node.label, node.drained, node.reason_user) == ("IDLE+DRAIN", True, "root")
+    assert _calls(log) == [
+        "scontrol --version",
+        "scontrol --json show nodes",
+        "scontrol --json show node node3",
+    ]
+
+
+def test_25_11_unknown_node_is_node_not_found(tmp_path: Path) -> None:
+    """25.11 answers `show node nodeX` with rc 0 and an empty list ("No nodes to dump"):
+    NodeNotFound, as on 22.05."""
+    door, _ = _fake_slurm(
+        tmp_path,
+        "25.11.7",
+        {
+            "scontrol --json show node nodeX": str(
+                SLURM / "25.11" / "scontrol_show_node_unknown.json"
+            )
+        },
+    )
+    with pytest.raises(NodeNotFound, match="nodeX"):
+        door.nodes(["nodeX"])
+
+
+def test_22_05_nodes_come_from_sinfo_json(tmp_path: Path) -> None:
+    """On 22.05 (no `scontrol --json`) nodes come from `sinfo --json`, filtered on our side
+    because sinfo ignores -n there."""
+    v22 = SLURM / "22.05"
+    door, log = _fake_slurm(
+        tmp_path,
+        "22.05.8",
+        {
+            "sinfo --json": str(v22 / "sinfo.json"),
+            "sinfo --json -n node3": str(v22 / "sinfo_draining_allocated.json"),
+        },
+    )
+    assert [n.label for n in door.nodes()] == ["IDLE", "IDLE", "IDLE"]
+    (node,) = door.nodes(["node3"])
+    assert (node.label, node.comment) == ("ALLOCATED+DRAIN", '{"triage": "note"}')
+    assert _calls(log) == ["scontrol --version", "sinfo --json", "sinfo --json -n node3"]
+
+
+def test_25_11_sinfo_document_would_be_refused(tmp_path: Path) -> None:
+    """A Slurm claiming 22.05 whose sinfo prints 23.02+'s document gets a one-line
+    SlurmOutputError, never a traceback or an empty answer."""
+    door, _ = _fake_slurm(
+        tmp_path, "22.05.8", {"sinfo --json": str(SLURM / "25.11" / "sinfo.json")}
+    )
+    with pytest.raises(SlurmOutputError, match="sinfo --json"):
+        door.nodes()
+
+
+def test_sacct_asks_for_the_raw_id(tmp_path: Path) -> None:
+    """An array task forgotten by slurmctld is found in accounting by its raw id (14, JobID
+    13_0 in sacct's own column)."""
+    argv = f"sacct -j 14 -D -X -n -P --delimiter={SACCT_DELIMITER} -o {','.join(SACCT_FIELDS)}"
+    door, _ = _fake_slurm(
+        tmp_path, "25.11.7", {argv: str(SLURM / "25.11" / "sacct_array_task.txt")}
+    )
+    job = door.accounted_job(14)
+    assert (job.job_id, job.nodes, job.source) == (14, ("node3",), "sacct")
