@@ -36,6 +36,9 @@ from slurm_triage.prolog_epilog.detach import detach
 from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_door
 from slurm_triage.taxonomy import Action, Domain, info, parse_cause
 
+# Slurm 25.11's reason for an expedited requeue it held (no Epilog failed); the state shows
+# REQUEUE_HOLD, or PENDING once the job has been updated.
+SLURM_HELD_REQUEUE_REASON = "job_requeued_in_held_state"
 WINDOW_BEFORE_S = 600.0
 CLOCK_SLACK_S = 5.0
 _RUNNING_AGAIN = frozenset(
@@ -364,7 +367,9 @@ def decide(
         job = _settled(door, job, started + config.decision.deadline_s / 4)
     # An expedited requeue with no failed Epilog: Slurm requeued it held, for us to release
     # (requeue), leave (hold) or end (record only).
-    held_by_slurm = job.expedited_requeue and job.state is JobState.REQUEUE_HOLD
+    held_by_slurm = job.expedited_requeue and (
+        job.state is JobState.REQUEUE_HOLD or job.state_reason == SLURM_HELD_REQUEUE_REASON
+    )
     if ending.exit_code is None:
         ending = replace(ending, exit_code=job.exit_code, exit_signal=job.exit_signal)
     # At EpilogSlurmctld time a job that just ended is COMPLETING (or already finished).

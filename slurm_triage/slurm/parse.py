@@ -155,7 +155,15 @@ _LINE_ORDER = (
     "SubmitLine", "WorkDir", "AdminComment", "SystemComment", "Comment", "Extra", "StdErr",
     "StdIn", "StdOut",
 )  # fmt: skip
-_LINE_RANK = {key: rank for rank, key in enumerate(_LINE_ORDER)}
+# 25.11's line of job flags (after StdOut) starts with whichever flag is set first.
+_FLAG_LINE_KEYS = (
+    "GresAllowTaskSharing", "GresEnforceBind", "GresOneTaskPerSharing",
+    "KillOnInvalidDependent", "SpreadJob", "ExpeditedRequeue",
+)  # fmt: skip
+_LINE_RANK = {key: rank for rank, key in enumerate(_LINE_ORDER)} | {
+    key: len(_LINE_ORDER) for key in _FLAG_LINE_KEYS
+}
+_EXPEDITED = re.compile(r"(?:^| )ExpeditedRequeue=Yes(?: |$)")
 # Printed for every job by every Slurm since 22.05; a record without them was cut short.
 _REQUIRED_LINES = frozenset(
     {"JobId", "UserId", "JobState", "Requeue", "RunTime", "StartTime", "Partition",
@@ -241,7 +249,10 @@ def _record_fields(record: list[tuple[str, str]], job_id: int) -> dict[str, str]
                 "(name, comment, work dir, ...) imitates scontrol's output"
             )
         last = rank
-        if key in _WHOLE_LINE_KEYS:
+        if key in _FLAG_LINE_KEYS:
+            if _EXPEDITED.search(body.strip()):
+                fields["ExpeditedRequeue"] = "Yes"
+        elif key in _WHOLE_LINE_KEYS:
             fields[key] = body[len(key) + 1 :].strip()
         elif key in _LINE_FIELDS:
             match = _LINE_FIELDS[key].match(body)
@@ -285,6 +296,7 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
         std_err=_none_if_null(fields.get("StdErr")) or _none_if_null(fields.get("StdOut")),
         batch_host=_none_if_null(fields.get("BatchHost")),
         start_time=parse_timestamp(fields.get("StartTime")),
+        expedited_requeue=fields.get("ExpeditedRequeue") == "Yes",
     )
 
 

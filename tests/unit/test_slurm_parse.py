@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from slurm_triage.slurm import parse
 from slurm_triage.slurm.errors import SlurmOutputError
 from slurm_triage.slurm.model import JobState
 from slurm_triage.slurm.parse import (
@@ -483,3 +484,34 @@ def test_version_tuple() -> None:
     assert version_tuple("23.02") == (23, 2)
     with pytest.raises(SlurmOutputError):
         version_tuple("x")
+
+
+@pytest.mark.parametrize(
+    ("name", "state", "reason"),
+    [
+        ("running", JobState.RUNNING, ""),
+        ("completing", JobState.COMPLETING, "NonZeroExitCode"),
+        ("requeue_held", JobState.PENDING, "job_requeued_in_held_state"),
+    ],
+)
+def test_an_expedited_requeue_job_reads_as_such_on_25_11(
+    name: str, state: JobState, reason: str
+) -> None:
+    """`sbatch --requeue=expedite`: 25.11 prints `ExpeditedRequeue=Yes` on its flags line
+    after StdOut, and a held expedited requeue with its own reason."""
+    text = (V25 / f"scontrol_show_job_expedited_{name}.txt").read_text()
+    job = parse.parse_scontrol_job(text, int(text.split()[0].split("=")[1]))
+    assert job.expedited_requeue is True
+    assert (job.state, job.state_reason) == (state, reason)
+
+
+def test_expedite_is_read_only_from_slurms_flags_line() -> None:
+    """A plain job (no flags line) is not expedited; the words in a job name are not read."""
+    plain = (V25 / "scontrol_show_job_running.txt").read_text()
+    assert (
+        parse.parse_scontrol_job(plain, int(plain.split()[0].split("=")[1])).expedited_requeue
+        is False
+    )
+    forged = plain.replace("JobName=", "JobName=ExpeditedRequeue=Yes ", 1)
+    job_id = int(forged.split()[0].split("=")[1])
+    assert parse.parse_scontrol_job(forged, job_id).expedited_requeue is False
