@@ -4,6 +4,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Which Slurm the dev cluster runs for `make test`/`make demo`: 22.05 (Debian's, default) or
+# 25.11 (../shared/slurm). SLURM=25.11 BACKEND=pyslurm runs it through pyslurm.
+SLURM ?= 22.05
+BACKEND ?= auto
+export SLURM_TRIAGE_DEVCLUSTER_SLURM := $(SLURM)
+export SLURM_TRIAGE_DEVCLUSTER_BACKEND := $(BACKEND)
+# pyslurm lives beside its Slurm (devcluster installs it there), never in the venv.
+ifeq ($(BACKEND),pyslurm)
+export PYTHONPATH := /opt/slurm-$(SLURM)/python
+endif
 
 .PHONY: venv test test-unit test-integration demo bench check clean
 

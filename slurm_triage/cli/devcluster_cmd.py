@@ -26,6 +26,13 @@ def register(sub: Any) -> None:
     up = actions.add_parser("up", help="bring the cluster up (idempotent)")
     _release_option(up)
     up.add_argument(
+        "--backend",
+        choices=("auto", "cli", "pyslurm"),
+        default=None,
+        help="slurm.backend of the cluster's hooks (default $SLURM_TRIAGE_DEVCLUSTER_BACKEND, "
+        "else auto); pyslurm installs the bundle's wheel beside Slurm 25.11",
+    )
+    up.add_argument(
         "--timeout",
         type=float,
         default=60.0,
@@ -58,7 +65,7 @@ def _release_option(parser: argparse.ArgumentParser) -> None:
 def _up(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage.devcluster import cluster
 
-    layout = cluster.up(cluster.default_layout(args.slurm), timeout_s=args.timeout)
+    layout = cluster.up(cluster.default_layout(args.slurm, args.backend), timeout_s=args.timeout)
     print(f"dev cluster (Slurm {layout.slurm}) up under {layout.root}")
     print(f"use it with: export SLURM_CONF={layout.slurm_conf}")
     return 0

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,8 +78,18 @@ def slurm_release(requested: str | None = None) -> str:
     return release
 
 
-def default_layout(slurm: str | None = None) -> cf.ClusterLayout:
+BACKENDS = ("auto", "cli", "pyslurm")
+
+
+def default_layout(slurm: str | None = None, backend: str | None = None) -> cf.ClusterLayout:
+    """The cluster of a Slurm release; `backend` (else $SLURM_TRIAGE_DEVCLUSTER_BACKEND, else
+    auto) is the door its hooks use: pyslurm needs a release with a pyslurm build (25.11)."""
     release = slurm_release(slurm)
+    backend = backend or os.environ.get("SLURM_TRIAGE_DEVCLUSTER_BACKEND") or "auto"
+    if backend not in BACKENDS:
+        raise DevClusterError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+    if backend == "pyslurm" and cf.SLURM_PREFIXES[release] is None:
+        raise DevClusterError(f"no pyslurm build for Slurm {release}; use --slurm 25.11")
     offset = list(cf.SLURM_PREFIXES).index(release)
     suffix = "" if release == cf.DEFAULT_SLURM else f"-{release}"
     root = Path(os.environ.get("SLURM_TRIAGE_DEVCLUSTER_DIR", f"{DEFAULT_ROOT}{suffix}"))
@@ -90,6 +101,7 @@ def default_layout(slurm: str | None = None) -> cf.ClusterLayout:
         # Built by `up` (runtime.py): hooks and jobs run as users who cannot reach our venv.
         bin_dir=root / "runtime" / "venv" / "bin",
         slurm=release,
+        backend=backend,
     )
 
 
@@ -134,6 +146,25 @@ def ensure_packages(layout: cf.ClusterLayout | None = None) -> None:
             _unpack_built_slurm(prefix)
         return
     _apt_install(PACKAGES)
+
+
+def ensure_pyslurm(layout: cf.ClusterLayout) -> Path:
+    """pyslurm for this release, installed from the bundle's wheel beside the release (not
+    into any venv: a process that imports it without a slurm.conf is ended by libslurm)."""
+    target = layout.pyslurm_dir
+    assert target is not None  # default_layout refuses pyslurm for a release without one
+    if (target / "pyslurm").is_dir():
+        return target
+    wheels = sorted(bundle_dir().glob(f"pyslurm-{layout.slurm}*.whl"))
+    if not wheels:
+        raise DevClusterError(f"no pyslurm-{layout.slurm}*.whl in {bundle_dir()}")
+    log.info("devcluster_installing_pyslurm", wheel=str(wheels[-1]), target=str(target))
+    _run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+         str(target), str(wheels[-1])],
+        timeout=300,
+    )  # fmt: skip
+    return target
 
 
 def _unpack_built_slurm(prefix: Path) -> None:
@@ -436,8 +467,11 @@ def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.Clus
     ensure_packages(layout)
     ensure_users()
     before = layout.slurm_conf.read_text() if layout.slurm_conf.exists() else ""
+    extra: tuple[str, ...] = ()
+    if layout.backend == "pyslurm":
+        extra = (str(ensure_pyslurm(layout)),)
     try:
-        runtime.build(layout.bin_dir.parents[1])
+        runtime.build(layout.bin_dir.parents[1], extra_paths=extra)
     except runtime.RuntimeBuildError as exc:
         raise DevClusterError(str(exc)) from None
     prepare(layout)

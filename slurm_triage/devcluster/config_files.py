@@ -39,6 +39,13 @@ class ClusterLayout:
     base_port: int
     bin_dir: Path  # where our installed programs (slurm-triage-prolog, ...) live
     slurm: str = DEFAULT_SLURM  # which release runs it: a key of SLURM_PREFIXES
+    backend: str = "auto"  # slurm.backend of its hooks: auto, cli or pyslurm
+
+    @property
+    def pyslurm_dir(self) -> Path | None:
+        """Where this release's pyslurm is installed (beside it, never in a venv)."""
+        prefix = self.slurm_prefix
+        return prefix / "python" if prefix else None
 
     @property
     def slurm_prefix(self) -> Path | None:
@@ -251,6 +258,9 @@ destination = "file"
 file = "{layout.log}/slurm-triage.log"
 format = "json"
 level = "info"
+
+[slurm]
+backend = "{layout.backend}"
 
 [paths]
 evidence_dir = "{layout.evidence_dir}"

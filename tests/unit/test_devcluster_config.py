@@ -16,6 +16,7 @@ def _no_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         "SLURM_TRIAGE_DEVCLUSTER_DIR",
         "SLURM_TRIAGE_DEVCLUSTER_PORT",
         "SLURM_TRIAGE_DEVCLUSTER_SLURM",
+        "SLURM_TRIAGE_DEVCLUSTER_BACKEND",
     ):
         monkeypatch.delenv(var, raising=False)
 
@@ -55,3 +56,17 @@ def test_controller_and_accounting_run_as_an_unprivileged_slurm_user() -> None:
     assert "SlurmdUser=root\n" in cf.slurm_conf(layout)
     assert f"SlurmUser={cf.SLURM_USER}\n" in cf.slurmdbd_conf(layout)
     assert cf.SLURM_USER != "root"
+
+
+def test_pyslurm_backend_needs_a_release_with_a_pyslurm_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(cluster.DevClusterError, match="no pyslurm build for Slurm 22.05"):
+        cluster.default_layout("22.05", "pyslurm")
+    layout = cluster.default_layout("25.11", "pyslurm")
+    assert layout.pyslurm_dir == Path("/opt/slurm-25.11/python")
+    assert '[slurm]\nbackend = "pyslurm"\n' in cf.triage_conf(layout)
+    monkeypatch.setenv("SLURM_TRIAGE_DEVCLUSTER_BACKEND", "cli")
+    assert cluster.default_layout("25.11").backend == "cli"
+    with pytest.raises(cluster.DevClusterError, match="unknown backend 'rest'"):
+        cluster.default_layout("25.11", "rest")
