@@ -4,9 +4,10 @@
     job = door.job(123)
     door.requeue(123); door.set_excluded_nodes(123, ["node2"])
 
-`open_door` picks the backend: pyslurm when it is installed and built for the running
-Slurm, else the command line (always available). Every call is bounded by
-`slurm.timeout_s` and retries transient failures `slurm.attempts` times at most.
+`open_door` picks the backend: pyslurm when it is installed, built for the running Slurm
+and loads here (probed in a child first), else the command line (always available).
+Every call is bounded by `slurm.timeout_s` and retries transient failures
+`slurm.attempts` times at most.
 """
 
 from __future__ import annotations
@@ -58,7 +59,13 @@ def open_door(
     timeout_s: float | None = None,
     backend: str | None = None,
 ) -> SlurmDoor:
-    """The door for this host, per config (`slurm.backend`: auto, cli or pyslurm)."""
+    """The door for this host, per config (`slurm.backend`: auto, cli or pyslurm).
+
+    `env` is the environment of the Slurm commands, and its SLURM_CONF is the slurm.conf
+    pyslurm initialises libslurm with (once per process: a later door naming another one
+    cannot use pyslurm). pyslurm is used only after a child interpreter has loaded it
+    (libslurm ends a process that finds no slurm.conf); auto falls back to the command
+    line wherever it cannot be used, pyslurm raises BackendMismatch saying why."""
     config = config or SlurmConfig()
     runner = Runner(
         timeout_s=timeout_s or config.timeout_s,
@@ -70,18 +77,19 @@ def open_door(
     choice = backend or config.backend
     if choice == "cli":
         return cli
-    from slurm_triage.slurm import pyslurm_backend
+    from slurm_triage.slurm import pyslurm_backend, pyslurm_setup
 
     try:
-        pyslurm = pyslurm_backend.import_pyslurm()
-        pyslurm_backend.check_compatible(pyslurm.__version__, cli.slurm_version())
+        pyslurm = pyslurm_setup.load(cli.slurm_version, env=env, timeout_s=runner.timeout_s)
     except BackendMismatch as exc:
         if choice == "pyslurm":
             raise
         get_logger().debug("slurm_backend_fallback", backend="cli", reason=str(exc))
         return cli
-    except SlurmError as exc:
-        if choice == "pyslurm":
-            raise BackendMismatch(f"cannot check the Slurm version for pyslurm: {exc}") from None
-        return cli
-    return pyslurm_backend.PyslurmDoor(pyslurm, runner.timeout_s)
+    return pyslurm_backend.PyslurmDoor(
+        pyslurm,
+        cli=cli,
+        timeout_s=runner.timeout_s,
+        attempts=config.attempts,
+        retry_wait_s=config.retry_wait_s,
+    )

@@ -1,98 +1,168 @@
 """The Slurm door over pyslurm (Slurm's C API), used where pyslurm matches the running Slurm.
 
-pyslurm's versions track Slurm's (pyslurm 25.11.x is built for Slurm 25.11), and a build
-for another Slurm refuses to load or misreads structures, so `check_compatible()` compares
-major.minor before anything else. C calls cannot be interrupted, so each runs in a worker
-thread that the caller stops waiting for at the deadline.
+`pyslurm_setup.load()` finds, checks and probes pyslurm before this door is built. C calls
+cannot be interrupted, so each runs in a worker thread that the caller stops waiting for at
+the deadline; transient failures (controller unreachable) are retried within the same
+budget, as the command-line door does.
+
+Written against pyslurm 25.11 (its .pyx is the reference for every attribute used here):
+`Job.allocated_nodes`, `Job.excluded_nodes`/`required_nodes` are hostlist strings or None,
+`Job.time_limit` is minutes or None (unlimited), `db.Job.nodelist` is "None assigned"
+before a start and `db.Job.time_limit` is "PartitionLimit" when the job took its
+partition's. What pyslurm 25.11 cannot do goes through the command-line door it is given:
+- clearing a text field: pyslurm sends "" as "no change" (a NULL pointer), so an empty
+  ExcNodeList, AdminComment or node Comment is written with scontrol;
+- an exact exit code: pyslurm folds codes of 128 and above into 0-127 (137, a SIGKILLed
+  child, reads as 9), so a failed job's exit code comes from scontrol or sacct;
+- the expedited-requeue flag (`sbatch --requeue=expedite`): pyslurm has no accessor for
+  it, so where slurmctld allows it (SlurmctldParameters=enable_expedited_requeue, asked
+  once per door) a requeueable job's flag is read with scontrol.
 """
 
 from __future__ import annotations
 
+import pwd
+import re
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, TypeVar
+
+import tenacity
 
 from slurm_triage import hostlist
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
+from slurm_triage.logs import get_logger
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
-    BackendMismatch,
     JobNotFound,
     NodeNotFound,
     SlurmCommandError,
     SlurmError,
+    SlurmOutputError,
     SlurmTimeout,
+    SlurmUnavailable,
 )
 from slurm_triage.slurm.model import JobInfo, JobState, NodeInfo
+from slurm_triage.slurm.runner import error_class_for
 
 T = TypeVar("T")
+log = get_logger(component="slurm.pyslurm")
 
+# Drain reasons and comments: the same limits as the command-line door.
+MAX_REASON_CHARS = 500
 
-def import_pyslurm() -> Any:
-    try:
-        import pyslurm  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise BackendMismatch(f"pyslurm is not importable: {exc}") from None
-    return pyslurm
-
-
-def major_minor(version: str) -> tuple[int, int]:
-    parts = version.split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        raise BackendMismatch(f"unparsable version {version!r}") from None
-
-
-def check_compatible(pyslurm_version: str, slurm_version: str) -> None:
-    """Raise BackendMismatch unless pyslurm was built for this Slurm's major.minor."""
-    if major_minor(pyslurm_version) != major_minor(slurm_version):
-        raise BackendMismatch(
-            f"pyslurm {pyslurm_version} is built for Slurm "
-            f"{'.'.join(map(str, major_minor(pyslurm_version)))}, but this cluster runs Slurm "
-            f"{slurm_version}; using the command-line backend instead"
-        )
+# pyslurm's own messages (not slurm_strerror texts), then Slurm's words via the runner's table.
+_PYSLURM_ERRORS: tuple[tuple[re.Pattern[str], type[SlurmError]], ...] = (
+    (re.compile(r"Job \d+ does not exist on Cluster"), JobNotFound),
+    (re.compile(r"Node '.*' does not exist"), NodeNotFound),
+    (
+        re.compile(
+            r"onnection to slurmdbd|from slurmdbd|Unable to connect to database|"
+            r"Database connection is not open|Rate limit exceeded",
+            re.I,
+        ),
+        SlurmUnavailable,
+    ),
+)
 
 
 class PyslurmDoor(SlurmDoor):
     name = "pyslurm"
 
-    def __init__(self, pyslurm: Any, timeout_s: float) -> None:
+    def __init__(
+        self,
+        pyslurm: Any,
+        *,
+        cli: SlurmDoor,
+        timeout_s: float,
+        attempts: int = 3,
+        retry_wait_s: float = 0.5,
+    ) -> None:
         self._ps = pyslurm
+        self._cli = cli
         self._timeout_s = timeout_s
+        self._attempts = attempts
+        self._retry_wait_s = retry_wait_s
+        self._expedite_allowed: bool | None = None  # asked of slurmctld on first need
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        try:
-            return call_with_deadline(fn, self._timeout_s, f"pyslurm {what}")
-        except CallTimedOut as exc:
-            raise SlurmTimeout(str(exc)) from None
-        except Exception as exc:
-            raise self._translate(what, exc) from None
+        """fn() under the deadline, retried while Slurm is unreachable; only SlurmErrors."""
+        deadline = time.monotonic() + self._timeout_s
 
-    def _translate(self, what: str, exc: BaseException) -> SlurmError:
-        if isinstance(exc, SlurmError):
-            return exc
-        text = str(exc)
-        if "Invalid job id" in text:
-            return JobNotFound(f"pyslurm {what}: {text}")
-        if "Invalid node name" in text:
-            return NodeNotFound(f"pyslurm {what}: {text}")
-        return SlurmCommandError(f"pyslurm {what}: {type(exc).__name__}: {text}")
+        def attempt() -> T:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SlurmTimeout(f"pyslurm {what}: no time left within {self._timeout_s:g}s")
+            try:
+                return call_with_deadline(fn, left, f"pyslurm {what}")
+            except CallTimedOut:
+                raise SlurmTimeout(
+                    f"pyslurm {what} did not finish within {self._timeout_s:g}s"
+                ) from None
+            except SlurmError:
+                raise
+            except Exception as exc:
+                raise translate(what, exc) from None
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            backoff = self._retry_wait_s * (2 ** (state.attempt_number - 1))
+            return max(0.0, min(backoff, deadline - time.monotonic() - 0.05))
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self._attempts),
+            wait=wait,
+            retry=tenacity.retry_if_exception_type(SlurmUnavailable),
+            reraise=True,
+        )
+        return retrying(attempt)
 
     def job(self, job_id: int) -> JobInfo:
-        raw = self._call("job", lambda: self._ps.Job.load(job_id))
-        excluded = tuple(hostlist.expand(",".join(raw.excluded_nodes or [])))
-        return _job(
-            job_id, raw, "pyslurm", excluded, bool(raw.is_requeueable), bool(raw.is_batch_job)
-        )
+        try:
+            info = self._call("job", lambda: _job(job_id, self._ps.Job.load(job_id)))
+        except JobNotFound:
+            # slurmctld forgot it (MinJobAge passed); accounting still knows.
+            return self.accounted_job(job_id)
+        need_exit = _exit_uncertain(info)
+        need_flag = info.requeue and self._expedite_possible()
+        if not (need_exit or need_flag):
+            return info
+        told = self._cli.job(job_id)
+        if need_exit:
+            info = replace(info, exit_code=told.exit_code, exit_signal=told.exit_signal)
+        # The flag is the job's for life, so a read a moment later is as good.
+        return replace(info, expedited_requeue=told.expedited_requeue)
 
     def accounted_job(self, job_id: int) -> JobInfo:
-        raw = self._call("accounted_job", lambda: self._ps.db.Job.load(job_id))
-        # Accounting keeps neither the exclusions nor the requeue flag.
-        return _job(job_id, raw, "pyslurm-db", (), False, True)
+        def load() -> JobInfo:
+            cluster = self._ps.settings.LOCAL_CLUSTER
+            return _accounted(job_id, self._ps.db.Job.load(job_id, cluster=cluster))
+
+        try:
+            info = self._call("accounted_job", load)
+        except JobNotFound:
+            raise JobNotFound(f"job {job_id}: not known to slurmctld or accounting") from None
+        if not _exit_uncertain(info):
+            return info
+        told = self._cli.accounted_job(job_id)
+        return replace(info, exit_code=told.exit_code, exit_signal=told.exit_signal)
+
+    def _expedite_possible(self) -> bool:
+        """Whether slurmctld accepts `--requeue=expedite` (sbatch refuses it otherwise)."""
+        if self._expedite_allowed is None:
+            params = self._call(
+                "config", lambda: dict(self._ps.slurmctld.Config.load().slurmctld_parameters or {})
+            )
+            self._expedite_allowed = any(
+                key.lower() == "enable_expedited_requeue" for key in params
+            )
+        return self._expedite_allowed
 
     def nodes(self, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
-        loaded = self._call("nodes", self._ps.Nodes.load)
-        by_name = {name: _node(n) for name, n in loaded.items()}
+        def load() -> dict[str, NodeInfo]:
+            return {node.name: _node(node) for node in self._ps.Nodes.load().values()}
+
+        by_name = self._call("nodes", load)
         wanted = sorted(by_name) if names is None else list(dict.fromkeys(names))
         missing = [n for n in wanted if n not in by_name]
         if missing:
@@ -101,78 +171,206 @@ class PyslurmDoor(SlurmDoor):
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._call("requeue", lambda: self._ps.Job(job_id).requeue(hold=hold))
+        log.info("job_requeued", job_id=job_id, hold=hold)
+
+    def release(self, job_id: int) -> None:
+        self._call("release", lambda: self._ps.Job(job_id).release())
+        log.info("job_released", job_id=job_id)
+
+    def cancel(self, job_id: int) -> None:
+        def cancel() -> None:
+            # pyslurm's cancel (SIGKILL, as scancel) passes over a job that already ended,
+            # and over an unknown one too: that one is JobNotFound here, as with scancel.
+            self._ps.Job.load(job_id)
+            self._ps.Job(job_id).cancel()
+
+        self._call("cancel", cancel)
+        log.info("job_cancelled", job_id=job_id)
 
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
     ) -> tuple[str, ...]:
         wanted = list(dict.fromkeys(nodes))
-        if merge:
-            wanted = list(dict.fromkeys([*self.job(job_id).excluded_nodes, *wanted]))
-        change = self._ps.JobSubmitDescription(excluded_nodes=wanted)
-        self._call("exclude", lambda: self._ps.Job(job_id).modify(change))
+        if merge:  # the user's own --exclude stays
+            current = self._call(
+                "exclude", lambda: _hostnames(self._ps.Job.load(job_id).excluded_nodes)
+            )
+            wanted = list(dict.fromkeys([*current, *wanted]))
+        if not wanted:
+            return self._cli.set_excluded_nodes(job_id, [], merge=False)
+        value = hostlist.compress(wanted)
+        self._modify_job("exclude", job_id, excluded_nodes=value)
+        log.info("job_excluded_nodes_set", job_id=job_id, excluded=value)
         return tuple(wanted)
 
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
-        change = self._ps.JobSubmitDescription(begin_time=f"now+{max(0, int(delay_s))}")
-        self._call("begin_time", lambda: self._ps.Job(job_id).modify(change))
+        # An epoch, not "now+N": pyslurm passes digits through, and 0 would mean "unset".
+        begin = int(time.time()) + max(0, int(round(delay_s)))
+        self._modify_job("begin_time", job_id, begin_time=begin)
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
-        change = self._ps.JobSubmitDescription(admin_comment=text)
-        self._call("admin_comment", lambda: self._ps.Job(job_id).modify(change))
+        if "\n" in text:
+            raise SlurmCommandError("AdminComment must be one line")
+        if not text:
+            self._cli.set_admin_comment(job_id, "")
+            return
+        self._modify_job("admin_comment", job_id, admin_comment=text)
+
+    def _modify_job(self, what: str, job_id: int, **change: Any) -> None:
+        def modify() -> None:
+            self._ps.Job(job_id).modify(self._ps.JobSubmitDescription(**change))
+
+        self._call(what, modify)
 
     def drain(self, node: str, reason: str) -> None:
-        change = self._ps.Node(state="DRAIN", reason=reason)
-        self._call("drain", lambda: self._ps.Node(node).modify(change))
+        reason = " ".join(reason.split())[:MAX_REASON_CHARS]
+        if not reason:
+            raise SlurmCommandError("a drain needs a reason")
+        self._modify_node("drain", node, state="DRAIN", reason=reason)
+        log.info("node_drained", node=node, reason=reason)
 
     def set_node_comment(self, node: str, text: str) -> None:
-        change = self._ps.Node(comment=text)
-        self._call("node_comment", lambda: self._ps.Node(node).modify(change))
+        text = " ".join(text.split())[:MAX_REASON_CHARS]
+        if not text:
+            self._cli.set_node_comment(node, "")
+            return
+        self._modify_node("node_comment", node, comment=text)
 
     def resume(self, node: str) -> None:
-        change = self._ps.Node(state="RESUME")
-        self._call("resume", lambda: self._ps.Node(node).modify(change))
+        self._modify_node("resume", node, state="RESUME")
+        log.info("node_resumed", node=node)
+
+    def _modify_node(self, what: str, node: str, **change: Any) -> None:
+        def modify() -> None:
+            self._ps.Node(node).modify(self._ps.Node(**change))
+
+        self._call(what, modify)
 
     def slurm_version(self) -> str:
-        return ".".join(str(p) for p in self._ps.__version__.split(".")[:2])
+        """slurmctld's version (its configuration's SLURM_VERSION), e.g. '25.11.7'."""
+        return self._call("slurm_version", lambda: str(self._ps.slurmctld.Config.load().version))
 
 
-def _job(
-    job_id: int, raw: Any, source: str, excluded: tuple[str, ...], requeue: bool, batch: bool
-) -> JobInfo:
+def translate(what: str, exc: BaseException) -> SlurmError:
+    """One of our error classes for an exception out of pyslurm (RPCError carries
+    slurm_strerror's text; ValueError and friends are refusals of our input)."""
+    text = " ".join(str(exc).split())[:300] or type(exc).__name__
+    message = f"pyslurm {what}: {text}"
+    for pattern, error in _PYSLURM_ERRORS:
+        if pattern.search(text):
+            return error(message)
+    found = error_class_for(text)
+    if found is not None:
+        return found(message)
+    if isinstance(exc, AttributeError | TypeError | KeyError):
+        # pyslurm's objects changed shape: this door does not match the installed pyslurm.
+        return SlurmOutputError(f"pyslurm {what}: unexpected data ({type(exc).__name__}: {text})")
+    return SlurmCommandError(message)
+
+
+def _exit_uncertain(info: JobInfo) -> bool:
+    """pyslurm reports an exit status s >= 128 as s - 128 with no signal: only 0:0 on a job
+    that did not fail, and N:S with a signal, are certain."""
+    return info.exit_signal == 0 and (info.exit_code != 0 or info.state is JobState.FAILED)
+
+
+def _text(value: Any) -> str:
+    return "" if value in (None, "None", "(null)", "N/A") else str(value)
+
+
+def _hostnames(value: Any) -> tuple[str, ...]:
+    text = _text(value)
+    if text == "None assigned":
+        return ()
+    try:
+        return tuple(hostlist.expand(text))
+    except hostlist.HostlistError as exc:
+        raise SlurmOutputError(f"pyslurm: {exc}") from None
+
+
+def _minutes(value: Any) -> int | None:
+    # None: unlimited or unset; "PartitionLimit" (accounting): the partition's, unknown here.
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _job(job_id: int, raw: Any) -> JobInfo:
     return JobInfo(
         job_id=job_id,
         state=JobState.parse(raw.state),
-        state_reason=raw.state_reason or "",
+        # scontrol prints "job requeued in held state" as job_requeued_in_held_state.
+        state_reason=re.sub(r"\s", "_", _text(raw.state_reason)),
         exit_code=raw.exit_code or 0,
         exit_signal=raw.exit_code_signal or 0,
-        nodes=tuple(hostlist.expand(raw.nodes or "")),
-        excluded_nodes=excluded,
+        nodes=_hostnames(raw.allocated_nodes),
+        excluded_nodes=_hostnames(raw.excluded_nodes),
+        required_nodes=_hostnames(raw.required_nodes),
         restart_count=raw.requeue_count or 0,
-        requeue=requeue,
-        batch=batch,
-        user=raw.user_name or "",
+        requeue=bool(raw.is_requeueable),
+        batch=bool(raw.is_batch_job),
+        user=_text(raw.user_name),
         uid=raw.user_id,
-        partition=raw.partition or "",
+        partition=_text(raw.partition),
         num_nodes=raw.num_nodes or 0,
-        time_limit_min=raw.time_limit,
-        admin_comment=raw.admin_comment or "",
-        comment=raw.comment or "",
-        source=source,
-        # A hostlist or None; getattr: accounting's db.Job has no such attribute.
-        required_nodes=tuple(hostlist.expand(getattr(raw, "required_nodes", None) or "")),
+        time_limit_min=_minutes(raw.time_limit),
+        admin_comment=_text(raw.admin_comment),
+        comment=_text(raw.comment),
+        source="pyslurm",
+        std_out=_text(raw.standard_output),
+        # No --error: stderr goes to the output file (scontrol prints that path or nothing).
+        std_err=_text(raw.standard_error) or _text(raw.standard_output),
+        batch_host=_text(raw.batch_host),
+        start_time=float(raw.start_time) if raw.start_time else None,
     )
+
+
+def _accounted(job_id: int, raw: Any) -> JobInfo:
+    state = JobState.parse(raw.state)
+    return JobInfo(
+        job_id=job_id,
+        state=state,
+        state_reason="",
+        exit_code=raw.exit_code or 0,
+        exit_signal=raw.exit_code_signal or 0,
+        nodes=_hostnames(raw.nodelist),
+        excluded_nodes=(),  # accounting keeps neither the exclusions ...
+        restart_count=raw.requeue_count or 0,
+        requeue=False,  # ... nor the requeue flag; callers must not assume it
+        batch=True,
+        user=_text(raw.user_name),
+        uid=raw.user_id,
+        partition=_text(raw.partition),
+        num_nodes=raw.num_nodes or 0,
+        time_limit_min=_minutes(raw.time_limit),
+        admin_comment=_text(raw.admin_comment),
+        comment=_text(raw.comment),
+        source="pyslurm-db",
+        state_text=_state_text(state, raw),
+    )
+
+
+def _state_text(state: JobState, raw: Any) -> str:
+    """sacct's "CANCELLED by UID" (who cancelled tells an admin's cancel from the user's)."""
+    if state is not JobState.CANCELLED:
+        return state.value
+    by = _text(raw.cancelled_by)  # a user name, or the uid when it has no passwd entry
+    if by.isdigit():
+        return f"CANCELLED by {by}"
+    try:
+        return f"CANCELLED by {pwd.getpwnam(by).pw_uid}" if by else state.value
+    except KeyError:
+        return state.value
 
 
 def _node(raw: Any) -> NodeInfo:
     # pyslurm renders the state like scontrol: "IDLE+DRAIN".
-    base, *flags = str(raw.state or "UNKNOWN").upper().split("+")
+    base, *flags = _text(raw.state).upper().split("+") if _text(raw.state) else ["UNKNOWN"]
     return NodeInfo(
         name=raw.name,
         state=base,
         flags=frozenset(flags),
-        reason=raw.reason or "",
-        reason_user=getattr(raw, "reason_user", "") or "",
-        reason_time=getattr(raw, "reason_time", None),
-        partitions=tuple(getattr(raw, "partitions", None) or ()),
-        comment=getattr(raw, "comment", None) or "",
+        reason=_text(raw.reason),
+        reason_user=_text(raw.reason_user),
+        reason_time=raw.reason_time,
+        partitions=tuple(raw.partitions or ()),
+        comment=_text(raw.comment),
     )

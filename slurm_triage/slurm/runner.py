@@ -129,12 +129,23 @@ def _show(command: Sequence[str]) -> str:
     return text if len(command) <= 4 else text + " ..."
 
 
+def error_class_for(
+    text: str,
+) -> type[SlurmCommandError] | type[SlurmUnavailable] | None:
+    """Our error class for Slurm's own words (slurm_strerror's texts, which the clients
+    print and pyslurm raises), or None when the text names no known failure."""
+    for pattern, error in _ERROR_PATTERNS:
+        if pattern.search(text):
+            return error
+    return None
+
+
 def classify_failure(result: CommandResult) -> SlurmCommandError | SlurmUnavailable:
     message = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()
     first = next((line for line in message if line.strip()), "no output")[:300]
-    for pattern, error in _ERROR_PATTERNS:
-        if pattern.search(result.stderr) or pattern.search(result.stdout):
-            return error(f"{_show(result.argv)}: {first}")
+    error = error_class_for(f"{result.stderr}\n{result.stdout}")
+    if error is not None:
+        return error(f"{_show(result.argv)}: {first}")
     return SlurmCommandError(f"{_show(result.argv)} failed (rc {result.returncode}): {first}")
 
 
