@@ -22,9 +22,15 @@ from tests.integration.slurmtest import env, sbatch, scancel, wait_for
 pytestmark = pytest.mark.integration
 
 
+# Where each door says its facts came from: (slurmctld, accounting).
+SOURCES = {"cli": ("scontrol", "sacct"), "pyslurm": ("pyslurm", "pyslurm-db")}
+
+
 @pytest.fixture
 def door(devcluster) -> SlurmDoor:  # type: ignore[no-untyped-def]
-    return open_door(env=env(devcluster), timeout_s=15)
+    """The door of the cluster's backend (`make test-integration BACKEND=pyslurm` forces
+    pyslurm; auto takes it where it is importable)."""
+    return open_door(env=env(devcluster), timeout_s=15, backend=devcluster.backend)
 
 
 def _state(door: SlurmDoor, job_id: int) -> JobState:
@@ -55,7 +61,7 @@ def test_reads_running_job_fields(door: SlurmDoor, devcluster) -> None:  # type:
         assert job.user == JOB_USER and job.uid == pwd.getpwnam(JOB_USER).pw_uid
         assert job.time_limit_min == 30
         assert job.restart_count == 0
-        assert job.source == "scontrol"
+        assert job.source == SOURCES[door.name][0]
     finally:
         scancel(devcluster, job_id)
 
@@ -157,7 +163,7 @@ def test_admin_comment_round_trip_through_controller_and_accounting(
         30,
         "AdminComment in accounting",
     )
-    assert door.accounted_job(job_id).source == "sacct"
+    assert door.accounted_job(job_id).source == SOURCES[door.name][1]
 
 
 def test_unknown_job_and_node_are_clear_errors(door: SlurmDoor) -> None:
