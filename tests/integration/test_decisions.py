@@ -36,7 +36,7 @@ def _inject(layout, node: str, fault: str, gpu: int = 0) -> None:  # type: ignor
 
 @pytest.fixture
 def door(devcluster):  # type: ignore[no-untyped-def]
-    d = open_door(env=env(devcluster), timeout_s=20)
+    d = open_door(env=env(devcluster), timeout_s=20, backend=devcluster.backend)
     yield d
     subprocess.run(["scancel", "-u", JOB_USER], env=env(devcluster), timeout=30)
     for node in NODES:

@@ -25,7 +25,7 @@ def test_up_again_is_a_no_op(devcluster) -> None:  # type: ignore[no-untyped-def
 
 def test_sacct_json_and_hooks_run(devcluster) -> None:  # type: ignore[no-untyped-def]
     """A finished job is in `sacct --json`, and our Prolog/Epilog programs logged for it."""
-    door = open_door(env=env(devcluster))
+    door = open_door(env=env(devcluster), backend=devcluster.backend)
     job_id = sbatch(
         devcluster,
         "-N1",

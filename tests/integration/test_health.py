@@ -22,7 +22,7 @@ def _triage(layout, *args: str, node: str | None = None) -> subprocess.Completed
 
 @pytest.fixture
 def door(devcluster):  # type: ignore[no-untyped-def]
-    d = open_door(env=env(devcluster), timeout_s=15)
+    d = open_door(env=env(devcluster), timeout_s=15, backend=devcluster.backend)
     yield d
     for node in ("node1", "node2", "node3"):
         _triage(devcluster, "slurm-triage", "inject", "--node", node, "clear")

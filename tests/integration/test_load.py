@@ -96,7 +96,7 @@ def _runs(layout, job_ids: list[int]) -> dict[int, int]:  # type: ignore[no-unty
 def test_200_jobs_one_decision_each_and_no_wrong_drains(devcluster, job_dir: Path) -> None:  # type: ignore[no-untyped-def]
     """Every job end gets exactly one decision, the requeue budget holds, and only the node
     with the injected hardware fault is drained."""
-    door = open_door(env=env(devcluster), timeout_s=30)
+    door = open_door(env=env(devcluster), timeout_s=30, backend=devcluster.backend)
     for node in NODES:
         subprocess.run(
             ["slurm-triage", "inject", "--node", node, "clear"],

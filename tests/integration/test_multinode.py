@@ -62,7 +62,7 @@ CUDA_OOM = (
 
 @pytest.fixture
 def door(devcluster) -> SlurmDoor:  # type: ignore[no-untyped-def]
-    return open_door(env=env(devcluster), timeout_s=15)
+    return open_door(env=env(devcluster), timeout_s=15, backend=devcluster.backend)
 
 
 def _two_node_job(devcluster, job_dir: Path, program: str) -> int:  # type: ignore[no-untyped-def]

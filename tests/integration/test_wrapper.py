@@ -25,7 +25,7 @@ ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEO
 
 @pytest.fixture
 def door(devcluster) -> SlurmDoor:  # type: ignore[no-untyped-def]
-    return open_door(env=env(devcluster), timeout_s=15)
+    return open_door(env=env(devcluster), timeout_s=15, backend=devcluster.backend)
 
 
 def _submit(devcluster, job_dir: Path, script: str, *options: str) -> int:  # type: ignore[no-untyped-def]
