@@ -4,6 +4,8 @@
    XID 79 is injected on node2 mid-run. The wrapper ends the dead rank at once, the job is
    attributed `gpu_unavailable` on node2, requeued with node2 excluded, node2 is drained
    with our reason, and the job resumes from its checkpoint on node1 and node3.
+1b. On Slurm 25.11, the same fault with `sbatch --requeue=expedite`: our node Epilog fails on
+   node2, Slurm drains it and restarts the job on node1 and node3 within a second.
 2. A user bug (KeyError) is recorded and not requeued.
 3. A node that keeps failing jobs is flagged as a lemon.
 """
@@ -145,6 +147,31 @@ def scenario_gpu_lost(demo: Demo) -> None:
     )
 
 
+def scenario_expedited(demo: Demo) -> None:
+    """Slurm 25.11 only: the same fault with `--requeue=expedite`; our node Epilog fails on
+    the bad node, Slurm drains it and restarts the job elsewhere at once."""
+    print("\n== 1b. the same fault with sbatch --requeue=expedite (Slurm 25.11)")
+    stamp = demo.workdir / "expedite"
+    body = (
+        f'if [ "${{SLURM_RESTART_COUNT:-0}}" -ge 1 ]; then date +%s.%N > {stamp}.again; '
+        f"echo running again on $SLURM_JOB_NODELIST; exit 0; fi; touch {stamp}.started; "
+        f"while [ ! -e {stamp}.go ]; do sleep 0.005; done; date +%s.%N > {stamp}.fault; exit 1"
+    )
+    job_id = demo.submit("expedite", body, "-N2 -w node1,node2", "--requeue=expedite")
+    _wait(lambda: Path(f"{stamp}.started").exists(), 60, "the job to start")
+    print(f"   job {job_id} running on node1,node2; injecting XID 79 on node2, the script fails")
+    inject(NodeEstate(demo.layout.simulate_root, "node2"), "xid", 79, gpu=3)
+    Path(f"{stamp}.go").touch()
+    _wait(lambda: Path(f"{stamp}.again").exists(), 60, "the restart")
+    fault = float(Path(f"{stamp}.fault").read_text())
+    again = float(Path(f"{stamp}.again").read_text())
+    job = demo.finished(job_id, JobState.COMPLETED, 60)
+    print(
+        f"   fault -> running again on {','.join(job.nodes)}: {again - fault:.2f} s "
+        f"(restart {job.restart_count}); node2: {demo.door.node('node2').reason}"
+    )
+
+
 def scenario_user_bug(demo: Demo) -> None:
     print("\n== 2. a user bug (KeyError) is recorded, not requeued")
     bug = "srun slurm-triage wrap -- python3 -c \"cfg = {}; cfg['learning_rate']\""
@@ -190,6 +217,9 @@ def main() -> int:
     try:
         scenario_gpu_lost(demo)
         demo.reset()
+        if demo.layout.slurm != "22.05":
+            scenario_expedited(demo)
+            demo.reset()
         scenario_user_bug(demo)
         scenario_lemon(demo)
     finally:

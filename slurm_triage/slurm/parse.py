@@ -281,7 +281,8 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
         required_nodes=_nodes(fields.get("ReqNodeList")),
         restart_count=_int(fields.get("Restarts")),
         requeue=fields.get("Requeue") == "1",
-        batch=fields.get("BatchFlag") == "1",
+        # 1 for a batch job; Slurm counts it up when it requeues the job itself (2, ...).
+        batch=_int(fields.get("BatchFlag")) >= 1,
         user=user,
         uid=uid,
         partition=_none_if_null(fields.get("Partition")),

@@ -45,7 +45,9 @@ def test_sacct_json_and_hooks_run(devcluster) -> None:  # type: ignore[no-untype
             check=True,
         ).stdout
         jobs = [j for j in json.loads(out)["jobs"] if j["job_id"] == job_id]
-        return jobs[0] if jobs and jobs[0]["state"]["current"] == "COMPLETED" else None
+        # 22.05 prints the state as a word, 23.02+ as a list of flags.
+        current = jobs[0]["state"]["current"] if jobs else None
+        return jobs[0] if current in ("COMPLETED", ["COMPLETED"]) else None
 
     record = wait_for(accounted, 30, "job in sacct --json")
     gpus = [

@@ -515,3 +515,11 @@ def test_expedite_is_read_only_from_slurms_flags_line() -> None:
     forged = plain.replace("JobName=", "JobName=ExpeditedRequeue=Yes ", 1)
     job_id = int(forged.split()[0].split("=")[1])
     assert parse.parse_scontrol_job(forged, job_id).expedited_requeue is False
+
+
+def test_a_job_slurm_requeued_itself_is_still_a_batch_job() -> None:
+    """Slurm counts BatchFlag up when it requeues a job itself (a failed Prolog): 2 is a
+    batch job too (read as not-batch, the decision left such jobs unrequeued)."""
+    text = (V25 / "scontrol_show_job_requeued_by_slurm_batchflag2.txt").read_text()
+    assert "BatchFlag=2" in text
+    assert parse.parse_scontrol_job(text, 131).batch is True
