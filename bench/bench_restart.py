@@ -1,7 +1,7 @@
 """Fault -> pending and fault -> running again, per Slurm release and requeue path.
 
-A 2-node `--requeue` job runs on node1+node2 as the unprivileged job user; XID 79 is
-injected on node2 and the batch script exits 1 at once, noting the time ("the fault"). We
+A 2-node `--requeue` job runs as the unprivileged job user; XID 79 is injected on its
+second node and the batch script exits 1 at once, noting the time ("the fault"). We
 poll `squeue` every 10 ms for the first moment it is no longer RUNNING/COMPLETING
 (pending again: requeued, or requeued held) and the restarted script notes when it starts
 ("running again", Prolog included). Side by side in one run:
@@ -9,8 +9,8 @@ poll `squeue` every 10 ms for the first moment it is no longer RUNNING/COMPLETIN
 - 22.05, our decision requeues (EpilogSlurmctld: `scontrol requeue` + ExcNodeList);
 - 25.11, the same path;
 - 25.11 with `sbatch --requeue=expedite` (SlurmctldParameters=enable_expedited_requeue):
-  our node Epilog fails on node2 (root evidence of XID 79), Slurm drains node2 and restarts
-  the job at once on node1+node3 (docs/expedited-requeue.md).
+  our node Epilog fails on the bad node (root evidence of XID 79), Slurm drains it and
+  restarts the job at once on the others (docs/expedited-requeue.md).
 
 Needs root; starts each release's dev cluster (25.11 only where its bundle is present) and
 leaves them up.
@@ -87,13 +87,15 @@ def _measure(release: str, path: str) -> tuple[list[float], list[float]]:
         )
         requeue = ["--requeue=expedite"] if path == "expedite" else ["--requeue"]
         submitted = subprocess.run(
-            ["runuser", "-u", JOB_USER, "--", "sbatch", "--parsable", *requeue, "-N2", "-w",
-             "node1,node2", f"--chdir={layout.jobs_dir}", "-o", "/dev/null", "--wrap", script],
+            ["runuser", "-u", JOB_USER, "--", "sbatch", "--parsable", *requeue, "-N2",
+             f"--chdir={layout.jobs_dir}", "-o", "/dev/null", "--wrap", script],
             env=env, check=True, capture_output=True, text=True,
         )  # fmt: skip
         job = submitted.stdout.split(";")[0].strip()
         _wait(lambda s=stamp: Path(f"{s}.started").exists(), 60)
-        inject(NodeEstate(layout.simulate_root, "node2"), "xid", 79, gpu=3)
+        # The job's second node (no -w: a failed required node would keep it waiting).
+        bad = door.job(int(job)).nodes[-1]
+        inject(NodeEstate(layout.simulate_root, bad), "xid", 79, gpu=3)
         Path(f"{stamp}.go").touch()
         seen = _first_pending(env, job)
         _wait(lambda s=stamp: Path(f"{s}.again").exists(), 120)
