@@ -81,12 +81,16 @@ def carry_out(
     dry_run: bool,
     already_requeued: bool = False,
     held_by_slurm: bool = False,
+    restarted_by_slurm: bool = False,
 ) -> Applied:
     """Act on the decision; `already_requeued` when Slurm requeued the job itself (its
     Prolog failed, or an expedited requeue), so only the exclusions, drains and summary
     remain to do. `held_by_slurm`: Slurm requeued it held (an expedited requeue with no
     failed Epilog): a requeue releases it, a hold leaves it, anything else cancels it, since
-    a job we would not requeue must not sit in the queue for ever."""
+    a job we would not requeue must not sit in the queue for ever. `restarted_by_slurm`: Slurm
+    restarted it at once (an expedited requeue after our Epilog failed): it may be running
+    again already, so no exclusion or begin time is set; the nodes Slurm drained keep it
+    away."""
     log = get_logger(job_id=job_id)
     if dry_run:
         log.info(
@@ -104,7 +108,7 @@ def carry_out(
         requeued = already_requeued or _step(
             errors, "requeue", lambda: door.requeue(job_id, hold=held)
         )
-        if requeued and decision.exclude:
+        if requeued and decision.exclude and not restarted_by_slurm:
             result: list[tuple[str, ...]] = []
             if _step(
                 errors,
@@ -112,7 +116,7 @@ def carry_out(
                 lambda: result.append(door.set_excluded_nodes(job_id, decision.exclude)),
             ):
                 excluded = result[0]
-        if requeued and decision.begin_delay_s > 0:
+        if requeued and decision.begin_delay_s > 0 and not restarted_by_slurm:
             _step(errors, "begin_time", lambda: door.set_begin_time(job_id, decision.begin_delay_s))
         if held_by_slurm and decision.verdict is Verdict.REQUEUE:
             _step(errors, "release", lambda: door.release(job_id))

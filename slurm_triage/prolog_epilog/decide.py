@@ -434,6 +434,7 @@ def decide(
         dry_run=not config.policy.act,
         already_requeued=requeued_by_slurm,
         held_by_slurm=held_by_slurm,
+        restarted_by_slurm=job.expedited_requeue and requeued_by_slurm and not held_by_slurm,
     )
     _record(journal, ending, job, state_text, attribution, decision, applied)
     log.info(
