@@ -297,7 +297,9 @@ def _job_view(door: SlurmDoor, job: JobInfo, env: dict[str, str], *, needs_nodes
         job_id=job.job_id,
         user=job.user,
         partition=job.partition,
-        num_nodes=job.num_nodes or 1,
+        # While a job is COMPLETING, slurmctld's node count drops as each node finishes its
+        # Epilog; the node list keeps the whole allocation the restart must fit.
+        num_nodes=max(job.num_nodes, len(job.nodes), 1),
         requeue=job.requeue,
         batch=job.batch,
         restart_count=job.restart_count,

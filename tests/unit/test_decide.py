@@ -568,3 +568,18 @@ def test_a_user_error_blaming_no_node_reads_no_node_list(cluster: Cluster) -> No
     cluster.end()
     assert cluster.row().cause == "user_code"
     assert "nodes" not in cluster.door.methods()
+
+
+def test_a_completing_jobs_shrinking_node_count_still_must_fit(tmp_path: Path) -> None:
+    """slurmctld lowers NumNodes as a COMPLETING job's nodes finish their Epilogs; the whole
+    allocation (node1, node2) must still fit: on a 2-usable-node partition minus node2 it
+    does not, so node2 is not excluded."""
+    cluster = Cluster(tmp_path)
+    door = cluster.door
+    door.node_table = {n: door.node_table[n] for n in ("node1", "node2")}
+    cluster.root_record("node2", xid79("node2"))
+    door.end_job(JOB, "FAILED", exit_code=1)
+    door.jobs[JOB] = replace(door.jobs[JOB], num_nodes=1)
+    ending = Ending(JOB, 0, NODES, USER, 1, 0, time.time())
+    decide(cluster.config, ending, door, cluster.journal, {})
+    assert cluster.row().excluded == ()
