@@ -361,10 +361,16 @@ def _lemons(
 
 
 def decide(
-    config: Config, ending: Ending, door: SlurmDoor, journal: Journal, env: dict[str, str]
+    config: Config,
+    ending: Ending,
+    door: SlurmDoor,
+    journal: Journal,
+    env: dict[str, str],
+    job: JobInfo | None = None,
 ) -> Outcome:
+    """Decide one job end; `job` is the controller's view if the caller has just read it."""
     started = time.monotonic()
-    job = door.job(ending.job_id)
+    job = job or door.job(ending.job_id)
     if job.expedited_requeue and job.state is JobState.COMPLETING:
         job = _settled(door, job, started + config.decision.deadline_s / 4)
     # An expedited requeue with no failed Epilog: Slurm requeued it held, for us to release
@@ -505,10 +511,11 @@ def decide_from_env(
     try:
         ending = Ending.from_env(env, time.time())
         door = door or open_door(config.slurm)
-        if _expedited_failure(door, ending):
-            _decide_detached(config, ending, door, env)
+        job = door.job(ending.job_id)  # read once: the decision starts from it
+        if _expedited_failure(job, ending):
+            _decide_detached(config, ending, door, env, job)
             return None
-        return _decide_with_journal(config, ending, door, env)
+        return _decide_with_journal(config, ending, door, env, job)
     except (JournalError, SlurmError) as exc:
         log.error("decision_failed", error=str(exc))
     except (KeyError, ValueError, hostlist.HostlistError) as exc:
@@ -517,24 +524,25 @@ def decide_from_env(
 
 
 def _decide_with_journal(
-    config: Config, ending: Ending, door: SlurmDoor, env: dict[str, str]
+    config: Config, ending: Ending, door: SlurmDoor, env: dict[str, str], job: JobInfo
 ) -> Outcome:
     journal = Journal(config.decision.journal, config.decision.journal_busy_timeout_s)
     try:
-        return decide(config, ending, door, journal, env)
+        return decide(config, ending, door, journal, env, job)
     finally:
         journal.close()
 
 
-def _expedited_failure(door: SlurmDoor, ending: Ending) -> bool:
+def _expedited_failure(job: JobInfo, ending: Ending) -> bool:
     """A failed run of an `--requeue=expedite` job, still COMPLETING: Slurm restarts or
     holds it only once this hook has ended."""
-    job = door.job(ending.job_id)
     code = ending.exit_code if ending.exit_code is not None else job.exit_code
     return job.expedited_requeue and job.state is JobState.COMPLETING and code != 0
 
 
-def _decide_detached(config: Config, ending: Ending, door: SlurmDoor, env: dict[str, str]) -> None:
+def _decide_detached(
+    config: Config, ending: Ending, door: SlurmDoor, env: dict[str, str], job: JobInfo
+) -> None:
     """Returns at once in the hook; the detached process decides, then ends right there
     (never returning into the hook's code)."""
     log = get_logger(job_id=ending.job_id)
@@ -544,11 +552,11 @@ def _decide_detached(config: Config, ending: Ending, door: SlurmDoor, env: dict[
             return
     except OSError as exc:  # cannot fork: decide here, as for any other job
         log.warning("decision_not_detached", error=str(exc))
-        _decide_with_journal(config, ending, door, env)
+        _decide_with_journal(config, ending, door, env, job)
         return
     status = 0
     try:
-        _decide_with_journal(config, ending, door, env)
+        _decide_with_journal(config, ending, door, env, job)
     except BaseException as exc:  # nobody is left to report to but the log
         log.error("decision_failed", error=f"{type(exc).__name__}: {exc}")
         status = 1

@@ -583,3 +583,18 @@ def test_a_completing_jobs_shrinking_node_count_still_must_fit(tmp_path: Path) -
     ending = Ending(JOB, 0, NODES, USER, 1, 0, time.time())
     decide(cluster.config, ending, door, cluster.journal, {})
     assert cluster.row().excluded == ()
+
+
+def test_the_hook_reads_the_job_from_the_controller_once(cluster: Cluster) -> None:
+    """EpilogSlurmctld looks at the job once (is it an expedited failure?) and the decision
+    starts from that read: one `scontrol show job` per job end, not two."""
+    cluster.door.end_job(JOB, "COMPLETED", exit_code=0)
+    env = {
+        "SLURM_JOB_ID": str(JOB),
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURM_JOB_UID": str(USER),
+        "SLURM_JOB_EXIT_CODE2": "0:0",
+    }
+    out = decide_from_env(cluster.config, env, door=cluster.door)
+    assert out is not None and out.decided
+    assert cluster.door.methods().count("job") == 1

@@ -97,7 +97,7 @@ def test_only_a_failed_expedited_run_still_completing_is_detached() -> None:
         door.jobs[JOB] = replace(door.jobs[JOB], expedited_requeue=expedite)
         door.end_job(JOB, "FAILED" if exit_code else "COMPLETED", exit_code=exit_code)
         ending = Ending(JOB, 0, NODES, USER, exit_code, 0, time.time())
-        return decide_module._expedited_failure(door, ending)
+        return decide_module._expedited_failure(door.job(JOB), ending)
 
     assert expedited_failure(3) is True
     assert expedited_failure(0) is False  # Slurm completes a clean exit as usual
