@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from slurm_triage.config import PolicyConfig
 from slurm_triage.policies.model import Decision, Family, Policy, PolicyInput, Verdict, family
-from slurm_triage.taxonomy import Action, Condition, info
+from slurm_triage.taxonomy import Action, Cause, Condition, info
 
 OPT_IN_TOKEN = "triage:requeue"
 RESUMABLE_TOKEN = "triage:resumable"
@@ -170,6 +170,13 @@ def must_fit(config: PolicyConfig) -> Policy:
     return Policy("must_fit", step)
 
 
+def drains_blamed_nodes(config: PolicyConfig, cause: Cause, root_backed: bool) -> bool:
+    """Whether the nodes blamed for `cause` leave service: acting, a drain cause, and blame
+    backed by root-collected evidence. The node Epilog asks the same (epilog.node_fault), so
+    it fails exactly where the decision would drain."""
+    return config.act and root_backed and cause.value in config.drain_causes
+
+
 def drains(config: PolicyConfig) -> Policy:
     """Drain blamed nodes only on root-collected evidence, and lemon nodes of this job."""
 
@@ -177,12 +184,11 @@ def drains(config: PolicyConfig) -> Policy:
         if not config.act:
             return d
         drain: list[str] = []
-        if g.blamed and g.cause.value in config.drain_causes:
-            if g.root_backed:
-                drain += list(g.blamed)
-                d = d.but(f"drain {','.join(g.blamed)}: root-collected evidence of {g.cause.value}")
-            else:
-                d = d.but(f"not draining {','.join(g.blamed)}: only the job's own evidence")
+        if g.blamed and drains_blamed_nodes(config, g.cause, g.root_backed):
+            drain += list(g.blamed)
+            d = d.but(f"drain {','.join(g.blamed)}: root-collected evidence of {g.cause.value}")
+        elif g.blamed and g.cause.value in config.drain_causes:
+            d = d.but(f"not draining {','.join(g.blamed)}: only the job's own evidence")
         for node in g.lemons:
             # Said even when the node is drained for this cause: the history is why it
             # should not simply come back after a reset.

@@ -33,6 +33,7 @@ from slurm_triage.health_checks.kernel_log import read_kernel_events
 from slurm_triage.health_checks.result import CheckResult, Status
 from slurm_triage.health_checks.runner import FactError, FactSources, Run, expand
 from slurm_triage.logs import get_logger
+from slurm_triage.policies.rules import drains_blamed_nodes
 from slurm_triage.prolog_epilog.safe_files import write_root_record
 from slurm_triage.taxonomy import Cause
 
@@ -196,14 +197,11 @@ NODE_FAULT_EXIT = 1
 def node_fault(config: Config, end: JobEnd, record: EvidenceRecord, now: float) -> Cause | None:
     """The cause for which this node must leave service now, judged on root's evidence from
     this node alone, as the decision's drain step would judge it; None when not."""
-    settings = config.decision
-    if not (end.failed and settings.fail_epilog_on_node_fault and config.policy.act):
+    if not (end.failed and config.decision.fail_epilog_on_node_fault and config.policy.act):
         return None
     found = attribute(record.facts, window=job_window(now))
-    if (
-        found.root_backed
-        and end.node in found.nodes
-        and found.cause.value in config.policy.drain_causes
+    if end.node in found.nodes and drains_blamed_nodes(
+        config.policy, found.cause, found.root_backed
     ):
         return found.cause
     return None
