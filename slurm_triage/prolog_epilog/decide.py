@@ -384,19 +384,24 @@ def decide(
     # If Slurm requeued it before asking us (its Prolog turned it away, RequeueExit), it is
     # pending or running again, or accounting already says REQUEUED; Slurm then reports the
     # new restart count, so the journal key must use the run that ended, the one before.
+    # An expedited requeue is decided after the hook that read the ended run's restart count
+    # (detached): a higher count now means Slurm requeued that run, whatever the next run is
+    # doing by now (it may even have finished).
+    requeued_since = job.expedited_requeue and job.restart_count > ending.restart
     state_text = (
         "REQUEUED"
-        if job.state in _RUNNING_AGAIN
+        if job.state in _RUNNING_AGAIN or requeued_since
         # Even a clean exit is asked of accounting: when Slurm requeues a job itself (its
         # Prolog failed) the controller still shows 0:0 and no reason at this point.
         else final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
     )
     requeued_by_slurm = state_text == "REQUEUED"
     if requeued_by_slurm:
-        # Its next start may already be set; the window of the run that ended will do.
+        # Its next start may already be set; the window of the run that ended will do. A
+        # Prolog-failure requeue reports the next run's count already; an expedited one not.
         ending = replace(
             ending,
-            restart=max(0, job.restart_count - 1),
+            restart=ending.restart if requeued_since else max(0, job.restart_count - 1),
             started_at=ending.ended_at - WINDOW_BEFORE_S,
         )
     elif job.start_time is not None and job.start_time <= ending.ended_at:

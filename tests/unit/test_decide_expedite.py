@@ -38,7 +38,8 @@ def _settle(cluster: Cluster, *, epilog_failed_on: tuple[str, ...] = (), exit_co
     for node in epilog_failed_on:
         cluster.door.fail_epilog(node)
     cluster.door.finish_expedited_requeue(JOB, epilog_failed=bool(epilog_failed_on))
-    ending = Ending(JOB, 1, NODES, USER, exit_code, 0, time.time())
+    # EpilogSlurmctld's environment names the run that ended (before Slurm requeued it).
+    ending = Ending(JOB, 0, NODES, USER, exit_code, 0, time.time())
     return decide(cluster.config, ending, cluster.door, cluster.journal, {})
 
 
@@ -63,6 +64,30 @@ def test_a_node_fault_restarted_by_slurm_is_labelled_and_recorded_not_requeued(
         ("node2",),
         "ok",
     )
+
+
+@needs_root
+def test_a_restart_that_already_finished_is_not_requeued_again(cluster: Cluster) -> None:
+    """The detached decision came late: Slurm's restart has already run and completed. It is
+    still the ended run's decision (restart 0), Slurm's requeue, never a second requeue."""
+    cluster.root_record("node2", xid79("node2"))
+    cluster.door.end_job(JOB, "FAILED", exit_code=1)
+    cluster.door.fail_epilog("node2")
+    cluster.door.finish_expedited_requeue(JOB, epilog_failed=True)
+    cluster.start_run()
+    cluster.door.end_job(JOB, "COMPLETED", exit_code=0)
+    cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], state=JobState.COMPLETED)
+    decide(
+        cluster.config,
+        Ending(JOB, 0, NODES, USER, 1, 0, time.time()),
+        cluster.door,
+        cluster.journal,
+        {},
+    )
+    door = cluster.door
+    assert not {"requeue", "release", "cancel", "set_excluded_nodes"} & set(door.methods())
+    row = cluster.row(0)
+    assert (row.state, row.cause, row.action) == ("REQUEUED", "gpu_unavailable", "requeue")
 
 
 @needs_root
