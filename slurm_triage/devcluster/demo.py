@@ -123,7 +123,11 @@ def scenario_gpu_lost(demo: Demo) -> None:
         f"   {time.monotonic() - injected:.1f}s after the fault: job requeued "
         f"(restart {requeued.restart_count}), excluding {','.join(requeued.excluded_nodes)}"
     )
-    node = demo.door.node(bad)
+    # Slurm drained it first ("Epilog error": our Epilog failed on it); the decision then
+    # puts its own reason there, a moment after the requeue.
+    node = _wait(
+        lambda: (n := demo.door.node(bad)).reason.startswith("triage:") and n, 30, "our reason"
+    )
     print(f"   {bad}: {node.label}, reason: {node.reason}")
     done = demo.finished(job_id, JobState.COMPLETED, 240)
     print(f"   job {job_id} COMPLETED on {','.join(done.nodes)}; the trainer's log:")
