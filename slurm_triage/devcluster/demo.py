@@ -27,7 +27,7 @@ from slurm_triage.devcluster.config_files import JOB_USER, NODE_NAMES, ClusterLa
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import setup_logging
 from slurm_triage.simulate.estate import NodeEstate, inject
-from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, open_door
+from slurm_triage.slurm import JobInfo, JobState, NodeInfo, SlurmDoor, open_door
 
 T = TypeVar("T")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -125,9 +125,11 @@ def scenario_gpu_lost(demo: Demo) -> None:
     )
     # Slurm drained it first ("Epilog error": our Epilog failed on it); the decision then
     # puts its own reason there, a moment after the requeue.
-    node = _wait(
-        lambda: (n := demo.door.node(bad)).reason.startswith("triage:") and n, 30, "our reason"
-    )
+    def relabelled() -> NodeInfo | None:
+        node = demo.door.node(bad)
+        return node if node.reason.startswith("triage:") else None
+
+    node = _wait(relabelled, 30, "our reason")
     print(f"   {bad}: {node.label}, reason: {node.reason}")
     done = demo.finished(job_id, JobState.COMPLETED, 240)
     print(f"   job {job_id} COMPLETED on {','.join(done.nodes)}; the trainer's log:")
