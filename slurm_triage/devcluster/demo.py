@@ -123,6 +123,7 @@ def scenario_gpu_lost(demo: Demo) -> None:
         f"   {time.monotonic() - injected:.1f}s after the fault: job requeued "
         f"(restart {requeued.restart_count}), excluding {','.join(requeued.excluded_nodes)}"
     )
+
     # Slurm drained it first ("Epilog error": our Epilog failed on it); the decision then
     # puts its own reason there, a moment after the requeue.
     def relabelled() -> NodeInfo | None:
