@@ -20,8 +20,9 @@ which a test asserts empty.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from slurm_triage.health_checks.actions import DRAIN_PREFIX
@@ -33,7 +34,15 @@ from slurm_triage.slurm.errors import (
     NotRequeueable,
     SlurmCommandError,
 )
-from slurm_triage.slurm.model import JobInfo, JobState, NodeFlag, NodeInfo
+from slurm_triage.slurm.events import iter_overlapping
+from slurm_triage.slurm.model import (
+    JobInfo,
+    JobState,
+    NodeEvent,
+    NodeEventLog,
+    NodeFlag,
+    NodeInfo,
+)
 
 __all__ = ["MUTATING", "Call", "FakeDoor", "job_info", "node_info", "node_infos"]
 
@@ -106,7 +115,8 @@ class Call:
 
 class FakeDoor(SlurmDoor):
     """An in-memory Slurm: `jobs` is what slurmctld shows, `accounting` what sacct shows
-    where it differs (set by `end_job`), `node_table` the nodes; `calls` every call in order."""
+    where it differs (set by `end_job`), `node_table` the nodes, `events` the node events
+    slurmdbd keeps; `calls` every call in order."""
 
     name = "fake"
 
@@ -117,8 +127,12 @@ class FakeDoor(SlurmDoor):
         *,
         version: str = "22.05.8",
         actor: str = "slurm",
+        actor_uid: int = 64030,  # Debian's slurm user
+        events: Iterable[NodeEvent] = (),
+        clock: Callable[[], datetime] = datetime.now,
     ) -> None:
         self.jobs: dict[int, JobInfo] = {j.job_id: j for j in jobs}
+        self.events: list[NodeEvent] = list(events)
         self.accounting: dict[int, JobInfo] = {}
         self.node_table: dict[str, NodeInfo] = {n.name: n for n in nodes}
         # Drained by someone else until resumed, whatever reason we may have written over it.
@@ -131,6 +145,8 @@ class FakeDoor(SlurmDoor):
         self.admin_drains_touched: list[Call] = []
         self.version = version
         self.actor = actor  # the user our updates run as (reason_user of our drains)
+        self.actor_uid = actor_uid
+        self.clock = clock  # local time, as slurmdbd's node events are printed
         self._faults: dict[str, list[tuple[Exception, int | None]]] = {}
 
     # -- test controls (not part of the door) ------------------------------------------
@@ -177,14 +193,16 @@ class FakeDoor(SlurmDoor):
             start_time=None,
         )
 
-    def drain_as_admin(self, node: str, reason: str, user: str = "admin") -> None:
+    def drain_as_admin(self, node: str, reason: str, user: str = "admin", uid: int = 1000) -> None:
         """An operator's drain, done outside slurm-triage (not recorded as a call)."""
+        self._record_down(self.node_table[node], reason, f"{user}({uid})")
         self.node_table[node] = _drained(self.node_table[node], reason, user)
         self._admin_drained.add(node)
 
     def fail_epilog(self, node: str) -> None:
         """A node's Epilog exited non-zero: slurmctld drains it as SlurmUser with its fixed
         reason (not an operator's drain; not recorded as a call)."""
+        self._record_down(self.node_table[node], "Epilog error", "slurm(64030)")
         self.node_table[node] = _drained(self.node_table[node], "Epilog error", "slurm")
 
     def methods(self) -> list[str]:
@@ -218,6 +236,12 @@ class FakeDoor(SlurmDoor):
         if missing:
             raise NodeNotFound(f"unknown node(s): {','.join(sorted(missing))}")
         return tuple(self.node_table[n] for n in wanted)
+
+    def node_events(self, since: datetime, until: datetime | None = None) -> NodeEventLog:
+        self._enter("node_events", since, until)
+        # The same selection slurmdbd makes, whatever the order of since and until.
+        found = sorted(iter_overlapping(tuple(self.events), since, until), key=_event_order)
+        return NodeEventLog(tuple(found))
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._enter("requeue", job_id, hold=hold)
@@ -291,6 +315,7 @@ class FakeDoor(SlurmDoor):
         if not reason:
             raise SlurmCommandError("a drain needs a reason")
         self._watch_admin_drain(current)
+        self._record_down(current, reason, f"{self.actor}({self.actor_uid})")
         self.node_table[node] = _drained(current, reason, self.actor)
 
     def set_node_comment(self, node: str, text: str) -> None:
@@ -306,6 +331,7 @@ class FakeDoor(SlurmDoor):
             )
         self._watch_admin_drain(current)
         self._admin_drained.discard(node)
+        self._close_event(node)
         flags = current.flags - {NodeFlag.DRAIN, NodeFlag.FAIL}
         state = "IDLE" if current.state in ("DOWN", "FAIL") else current.state
         self.node_table[node] = replace(
@@ -359,6 +385,25 @@ class FakeDoor(SlurmDoor):
             raise NodeNotFound(f"scontrol update NodeName={name} ...: Invalid node name specified")
         return self.node_table[name]
 
+    def _record_down(self, node: NodeInfo, reason: str, user: str) -> None:
+        """slurmdbd's node event for a drain (as_mysql_node_down): nothing when the open
+        event has the same state and reason, else it is closed and a new one opened."""
+        busy = node.state in ("ALLOCATED", "MIXED") or NodeFlag.COMPLETING in node.flags
+        state = "DRNG" if busy else "DRAIN"
+        open_now = [e for e in self.events if e.node == node.name and e.end is None]
+        if open_now and (open_now[-1].state, open_now[-1].reason) == (state, reason):
+            return
+        now = self.clock()
+        self._close_event(node.name, now)
+        self.events.append(NodeEvent(node.name, now, None, state, reason, user))
+
+    def _close_event(self, node: str, when: datetime | None = None) -> None:
+        """A node back in service (as_mysql_node_up) ends its open event."""
+        when = when or self.clock()
+        self.events = [
+            replace(e, end=when) if e.node == node and e.end is None else e for e in self.events
+        ]
+
     def _watch_admin_drain(self, node: NodeInfo) -> None:
         if node.name in self._admin_drained:
             self.admin_drains_touched.append(self.calls[-1])
@@ -375,6 +420,10 @@ def _accounted(job: JobInfo) -> JobInfo:
         state_reason="",
         source="sacct",
     )
+
+
+def _event_order(event: NodeEvent) -> tuple[datetime, str]:
+    return (event.start, event.node)
 
 
 def _drained(node: NodeInfo, reason: str, user: str) -> NodeInfo:

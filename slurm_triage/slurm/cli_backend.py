@@ -10,16 +10,23 @@ asked once per door): the clients print the documents we parse.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Iterable
+from datetime import datetime
 
 from slurm_triage import hostlist
 from slurm_triage.logs import get_logger
-from slurm_triage.slurm import parse
+from slurm_triage.slurm import events, parse
 from slurm_triage.slurm.door import SlurmDoor
-from slurm_triage.slurm.errors import JobNotFound, NodeNotFound, SlurmCommandError
-from slurm_triage.slurm.model import JobInfo, NodeInfo
+from slurm_triage.slurm.errors import (
+    JobNotFound,
+    NodeNotFound,
+    SlurmCommandError,
+    SlurmOutputError,
+)
+from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo
 from slurm_triage.slurm.runner import Runner
 
 log = get_logger(component="slurm.cli")
@@ -100,6 +107,20 @@ class CliDoor(SlurmDoor):
             missing = sorted(set(wanted) - {n.name for n in found})
             raise NodeNotFound(f"unknown node(s): {','.join(missing)}")
         return found
+
+    def node_events(self, since: datetime, until: datetime | None = None) -> NodeEventLog:
+        # SLURM_TIME_FORMAT in the caller's environment would change how sacctmgr prints
+        # times; `standard` is its ISO default on every release.
+        env = {**(self._runner.env or os.environ), "SLURM_TIME_FORMAT": "standard"}
+        runner = dataclasses.replace(self._runner, env=env)
+        text = runner.run(events.sacctmgr_event_argv(since, until)).stdout
+        header = text.split("\n", 1)[0].strip()
+        if header != "|".join(events.EVENT_FIELDS):
+            raise SlurmOutputError(
+                f"sacctmgr show event: expected the header {'|'.join(events.EVENT_FIELDS)}, "
+                f"got {header[:80]!r}"
+            )
+        return events.parse_sacctmgr_events(text)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._runner.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
+from datetime import datetime
 
-from slurm_triage.slurm.model import JobInfo, NodeInfo
+from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo
 
 
 class SlurmDoor(abc.ABC):
@@ -33,6 +34,12 @@ class SlurmDoor(abc.ABC):
 
     def node(self, name: str) -> NodeInfo:
         return self.nodes([name])[0]
+
+    @abc.abstractmethod
+    def node_events(self, since: datetime, until: datetime | None = None) -> NodeEventLog:
+        """Slurm accounting's node events (down, drained, failing ...) that overlap
+        [since, until] (until None: now), in local time as Slurm keeps them; the
+        reliability report joins them with requeued attempts."""
 
     @abc.abstractmethod
     def requeue(self, job_id: int, *, hold: bool = False) -> None:

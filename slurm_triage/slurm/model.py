@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from datetime import datetime
 
 
 class JobState(enum.StrEnum):
@@ -173,3 +174,48 @@ class NodeInfo:
     def label(self) -> str:
         """Slurm's compact form, e.g. IDLE+DRAIN."""
         return "+".join([self.state, *sorted(self.flags)])
+
+
+# Node states, as `sacctmgr show event` prints them (node_state_string_compact in Slurm's
+# src/common/slurm_protocol_defs.c, 22.05 to 25.11), in which slurmctld keeps a node out of
+# service: the base word before a one-character flag (`DOWN*`: not responding, `DRAIN@`:
+# reboot requested, `DRNG`: draining with jobs, `FAILG`: failing with jobs, `INVAL`: the
+# node registered with less than slurm.conf says, e.g. a GPU missing).
+_OUT_OF_SERVICE = frozenset({"DOWN", "DRAIN", "DRNG", "FAIL", "FAILG", "INVAL"})
+_STATE_FLAG_SUFFIXES = "*$^@#%~!"
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """One node event of Slurm's accounting (`sacctmgr show event`): slurmctld recorded the
+    node leaving normal service at `start`, in `state` with `reason`, until `end` (None
+    while the event is open). Times are naive local time, as Slurm prints them."""
+
+    node: str
+    start: datetime
+    end: datetime | None
+    state: str  # compact, e.g. DOWN*, DRAIN, DRNG, FAIL
+    reason: str
+    user: str  # who set it, "name(uid)"; 22.05 cuts it at 19 characters; "" when unknown
+    cluster: str = ""
+
+    @property
+    def base_state(self) -> str:
+        """The state word without its flag character: DOWN* -> DOWN."""
+        return self.state.rstrip(_STATE_FLAG_SUFFIXES).upper()
+
+    def takes_node_out(self) -> bool:
+        """Whether slurmctld kept the node from running jobs (down, drained, failing or
+        registered invalid); power saving, maintenance and reboots alone do not count."""
+        return self.base_state in _OUT_OF_SERVICE
+
+
+@dataclass(frozen=True)
+class NodeEventLog:
+    """What one read of Slurm's node events gave: the node events, how many lines could
+    not be read (reported, never dropped silently), and how many cluster events (no node,
+    e.g. a change of the cluster's TRES) were passed over."""
+
+    events: tuple[NodeEvent, ...]
+    unparsable: int = 0
+    cluster_events: int = 0

@@ -17,6 +17,11 @@ partition's. What pyslurm 25.11 cannot do goes through the command-line door it 
 - the expedited-requeue flag (`sbatch --requeue=expedite`): pyslurm has no accessor for
   it, so where slurmctld allows it (SlurmctldParameters=enable_expedited_requeue, asked
   once per door) a requeueable job's flag is read with scontrol.
+- node events: pyslurm 25.11's only reader is the deprecated `slurmdb_events.get()`
+  (deprecated.pyx), which returns a dict keyed by the event's start time, so the events
+  of several nodes that went down in the same second (a switch taking a rack with it)
+  overwrite one another, and it filters neither event type nor cluster; they are read
+  with `sacctmgr show event`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, TypeVar
 
 import tenacity
@@ -43,7 +49,7 @@ from slurm_triage.slurm.errors import (
     SlurmTimeout,
     SlurmUnavailable,
 )
-from slurm_triage.slurm.model import JobInfo, JobState, NodeInfo
+from slurm_triage.slurm.model import JobInfo, JobState, NodeEventLog, NodeInfo
 from slurm_triage.slurm.runner import error_class_for
 
 T = TypeVar("T")
@@ -168,6 +174,10 @@ class PyslurmDoor(SlurmDoor):
         if missing:
             raise NodeNotFound(f"unknown node(s): {','.join(missing)}")
         return tuple(by_name[n] for n in wanted)
+
+    def node_events(self, since: datetime, until: datetime | None = None) -> NodeEventLog:
+        # pyslurm's slurmdb_events keys events by start time and loses simultaneous ones.
+        return self._cli.node_events(since, until)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._call("requeue", lambda: self._ps.Job(job_id).requeue(hold=hold))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pwd
 
@@ -133,6 +134,49 @@ def test_drain_and_resume_node(door: SlurmDoor) -> None:
     node = door.node("node3")
     assert not node.drained
     assert node.reason == ""
+
+
+def test_node_events_show_our_drain_until_the_resume(door: SlurmDoor, devcluster) -> None:  # type: ignore[no-untyped-def]
+    """Issue 18: a drain is a node event in accounting (DRAIN, our reason with its `|`,
+    open) until the resume closes it; sacctmgr's own default format, as a user would save
+    it with `sacctmgr -P show event`, parses to the same event."""
+    import subprocess
+    from datetime import datetime, timedelta
+
+    from slurm_triage.slurm.events import parse_sacctmgr_events
+
+    since = datetime.now().replace(microsecond=0) - timedelta(seconds=5)
+    reason = "triage: gpu_memory job=0: XID 48 | DBE"
+
+    def ours(open_only: bool):  # type: ignore[no-untyped-def]
+        found = [
+            e
+            for e in door.node_events(since).events
+            if e.node == "node3" and e.reason == reason and (e.end is None) is open_only
+        ]
+        return found[0] if found else None
+
+    door.drain("node3", reason)
+    try:
+        event = wait_for(lambda: ours(True), 30, "an open DRAIN event of node3")
+        assert event.base_state == "DRAIN" and event.takes_node_out()
+        assert event.start >= since
+        saved = subprocess.run(
+            ["sacctmgr", "-P", "show", "event", "Events=Node", f"Start={since:%Y-%m-%dT%H:%M:%S}"],
+            env=env(devcluster),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        assert saved.startswith("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User")
+        assert dataclasses.replace(event, cluster="") in [
+            dataclasses.replace(e, cluster="") for e in parse_sacctmgr_events(saved).events
+        ]
+    finally:
+        door.resume("node3")
+    closed = wait_for(lambda: ours(False), 30, "node3's DRAIN event closed")
+    assert closed.end is not None and closed.end >= closed.start
 
 
 def test_admin_comment_round_trip_through_controller_and_accounting(

@@ -271,6 +271,29 @@ def test_drain_comment_and_resume_node(door: SlurmDoor, cli: SlurmDoor) -> None:
     assert [n.name for n in door.nodes()] == ["node1", "node2", "node3"]
 
 
+def test_node_events_read_as_sacctmgr_does(door: SlurmDoor, cli: SlurmDoor) -> None:
+    """Issue 18: the pyslurm door's node events are the command line's (sacctmgr), a drain
+    among them once slurmdbd has it."""
+    from datetime import datetime, timedelta
+
+    since = datetime.now().replace(microsecond=0) - timedelta(seconds=5)
+    try:
+        door.drain(NODE, "triage: gpu_memory job=0: issue 18")
+        wait_for(
+            lambda: any(e.node == NODE for e in door.node_events(since).events),
+            30,
+            f"a node event of {NODE}",
+        )
+    finally:
+        door.resume(NODE)
+    wait_for(
+        lambda: all(e.end for e in door.node_events(since).events if e.node == NODE),
+        30,
+        f"{NODE}'s event closed",
+    )
+    assert door.node_events(since) == cli.node_events(since)
+
+
 def test_unknown_job_and_node_are_clear_errors(door: SlurmDoor) -> None:
     """Reads and writes of a job or node that does not exist raise the door's own classes
     (a job unknown to slurmctld is looked up in accounting first)."""
