@@ -3,12 +3,16 @@
 A stat on a hard NFS mount whose server is gone blocks until the server returns, and only
 SIGKILL interrupts it (signatures.md §3.4). So the probe runs in a forked child that opens
 the mount point and statvfs()s it; the parent waits on a pipe with a deadline, SIGKILLs a
-child that overran and does not wait to reap it (it may sit in D state).
+child that overran and does not wait to reap it (it may sit in D state). Such a child is
+reaped later, by its own pid and without blocking: never `waitpid(-1)`, which would take the
+exit status of children that other parts of the process (subprocess, the runner's threads)
+are waiting for.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import time
@@ -29,6 +33,22 @@ class MountFacts:
     seconds: float = 0.0
 
 
+# The kernel's seq_escape in show_mountinfo: space, tab, newline and backslash as \ooo;
+# every other byte (UTF-8 names included) is written as is.
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+# Probe children SIGKILLed while stuck; reaped by pid once they can exit.
+_UNREAPED: set[int] = set()
+
+
+def unescape_mount_point(field: str) -> str:
+    """A mountinfo path field as the path it names: `\\040` is a space, UTF-8 stays UTF-8
+    (bytes that are not UTF-8 keep their surrogate escapes, as os.fsdecode gives them)."""
+    raw = field.encode("utf-8", "surrogateescape")
+    return _OCTAL.sub(lambda m: bytes([int(m.group(1), 8) & 0xFF]), raw).decode(
+        "utf-8", "surrogateescape"
+    )
+
+
 def parse_mountinfo(text: str) -> dict[str, str]:
     """Mount point -> fstype from /proc/self/mountinfo (octal escapes decoded)."""
     table: dict[str, str] = {}
@@ -37,8 +57,7 @@ def parse_mountinfo(text: str) -> dict[str, str]:
         fields = left.split()
         if not sep or len(fields) < 5 or not right.split():
             continue
-        point = fields[4].encode().decode("unicode_escape")
-        table[point] = right.split()[0]
+        table[unescape_mount_point(fields[4])] = right.split()[0]
     return table
 
 
@@ -80,6 +99,7 @@ def probe_mounts(
         os.close(read_fd)
         if not ready:
             os.kill(pid, signal.SIGKILL)  # not reaped here: it may be stuck in D state
+            _UNREAPED.add(pid)
         else:
             os.waitpid(pid, 0)
         results[path] = MountFacts(
@@ -95,11 +115,14 @@ def probe_mounts(
 
 
 def _reap_stragglers() -> None:
-    try:
-        while os.waitpid(-1, os.WNOHANG) != (0, 0):
-            pass
-    except ChildProcessError:
-        pass
+    """Reap the probe children killed earlier that have exited since; only ours, by pid."""
+    for pid in list(_UNREAPED):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid  # already gone (reaped elsewhere, or not our child)
+        if done == pid:
+            _UNREAPED.discard(pid)
 
 
 def check_mounts(mounts: Sequence[MountFacts], timeout_s: float, **_: Any) -> CheckResult:

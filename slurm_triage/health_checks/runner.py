@@ -112,7 +112,8 @@ class FactSources:
             "ib": lambda: infiniband.read_ports(expand(c.sysfs_root, node), c.ib_ports),
             "mounts": lambda: mounts.probe_mounts(
                 [expand(m, node) for m in c.mounts],
-                Path(expand(c.mountinfo, node)).read_text(),
+                # Paths are bytes to the kernel: any that are not UTF-8 keep their escapes.
+                Path(expand(c.mountinfo, node)).read_bytes().decode("utf-8", "surrogateescape"),
                 c.mount_timeout_s,
             ),
             "host": lambda: read_host(expand(c.scratch_path, node)),

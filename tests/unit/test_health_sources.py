@@ -185,3 +185,46 @@ def test_dev_kmsg_is_readable_without_blocking() -> None:
     except PermissionError:
         pytest.skip("no permission to read /dev/kmsg")
     assert time.monotonic() - started < 5
+
+
+def test_mountinfo_keeps_non_ascii_paths(tmp_path: Path) -> None:
+    """A UTF-8 mount point is read as itself (the kernel escapes only space, tab, newline and
+    backslash), so a required mount named in UTF-8 is found and probed, not 'not mounted'."""
+    point = tmp_path / "données à b"
+    point.mkdir()
+    escaped = str(point).replace(" ", "\\040")
+    text = f"36 35 98:0 / {escaped} rw - nfs4 srv:/x rw\n38 35 98:2 / /a\\134b rw - nfs4 s:/y rw\n"
+    assert mounts.parse_mountinfo(text) == {str(point): "nfs4", "/a\\b": "nfs4"}
+    facts = mounts.probe_mounts([str(point)], text, timeout_s=2.0)
+    assert (facts[0].mounted, facts[0].answered, facts[0].error) == (True, True, "")
+
+
+def _wait_zombie(pid: int) -> None:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{pid} did not exit")
+
+
+def test_mount_probe_reaps_only_its_own_children(tmp_path: Path) -> None:
+    """Probing mounts leaves other children of the process alone: a subprocess that exited
+    with 3 before the probe still reports 3 (waitpid(-1) took its status, Popen read 0)."""
+    import subprocess
+
+    other = subprocess.Popen(["sh", "-c", "exit 3"])
+    _wait_zombie(other.pid)
+    estate = NodeEstate(tmp_path, "n").ensure()
+    inject(estate, "mount_hung", mount="shared")
+    paths = [str(estate.mount(m)) for m in ("home", "shared")]
+    facts = mounts.probe_mounts(paths, estate.mountinfo.read_text(), timeout_s=0.3)
+    assert [f.answered for f in facts] == [True, False]
+    assert other.wait(timeout=5) == 3
+    # The killed probe child is reaped later, by its pid, once it has exited.
+    deadline = time.monotonic() + 5
+    while mounts._UNREAPED and time.monotonic() < deadline:
+        time.sleep(0.02)
+        mounts._reap_stragglers()
+    assert not mounts._UNREAPED
