@@ -15,7 +15,14 @@ ifeq ($(BACKEND),pyslurm)
 export PYTHONPATH := /opt/slurm-$(SLURM)/python
 endif
 
-.PHONY: venv test test-unit test-integration demo bench check clean
+# The oldest nvidia-ml-py pyproject allows (slurm_triage/simulate/bindings.py OLDEST): the
+# NVML tests run once more with it first on the import path. pip fetches the 37 kB wheel
+# once; offline, point PIP_FIND_LINKS at a folder holding it and set PIP_NO_INDEX=1.
+NVML_OLDEST := 12.535.77
+NVML_OLDEST_DIR := build/nvidia-ml-py-$(NVML_OLDEST)
+NVML_TESTS := tests/unit/test_nvml_bindings.py tests/unit/test_simulate.py
+
+.PHONY: venv test test-unit test-integration test-nvml-oldest demo bench check clean
 
 venv: $(STAMP)
 
@@ -30,6 +37,12 @@ test: venv
 
 test-unit: venv
 	$(BIN)/pytest -m "not integration"
+
+test-nvml-oldest: venv $(NVML_OLDEST_DIR)/pynvml.py
+	PYTHONPATH=$(CURDIR)/$(NVML_OLDEST_DIR) $(BIN)/pytest -m "not integration" -q $(NVML_TESTS)
+
+$(NVML_OLDEST_DIR)/pynvml.py:
+	$(BIN)/pip install --quiet --no-deps --target $(NVML_OLDEST_DIR) nvidia-ml-py==$(NVML_OLDEST)
 
 test-integration: venv
 	$(BIN)/pytest -m integration

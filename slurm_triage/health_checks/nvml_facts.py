@@ -2,8 +2,12 @@
 
 One pass over every device gathers what all `gpu.*` checks need, so NVML is initialised once
 per run. The module object is passed in: the real `pynvml` on GPU nodes, and
-`slurm_triage.simulate.fake_pynvml` (the same functions, raising the same `pynvml` error
-classes) where there is no GPU. This module only reads; evaluation lives in the checks.
+`slurm_triage.simulate.fake_pynvml` (the same functions, raising errors of the same names
+and codes) where there is no GPU. This module only reads; evaluation lives in the checks.
+
+Nodes run any nvidia-ml-py in pyproject's range, so a name that only newer releases have is
+read through `_optional` (simulate/bindings.py lists them): a missing name is a fact of None
+or the ABI value from nvml.h, never an AttributeError that fails the whole read.
 """
 
 from __future__ import annotations
@@ -14,6 +18,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# nvml.h field id of the driver's recovery action (driver R570+). nvidia-ml-py names it only
+# from 12.570.86; the field id is ABI, so older bindings still ask a newer driver for it, and
+# an older driver answers NotSupported in the value's slot.
+RECOVERY_ACTION_FIELD = 230
+# NVML_NVLINK_MAX_LINKS of the bindings before 13.x; link indices past a GPU's own links
+# answer NotSupported, so a larger maximum only costs one call.
+NVLINK_MAX_LINKS = 18
 
 # Errors meaning "this feature does not exist here": a fact of None, not a failure.
 _NOT_APPLICABLE = (
@@ -49,6 +61,7 @@ class GpuFacts:
     index: int
     bus_id: str | None = None
     uuid: str | None = None
+    minor: int | None = None  # /dev/nvidia<minor>: the same inside and outside a cgroup
     error: str | None = None  # e.g. "NVMLError_GpuIsLost" when the device is unusable
     error_code: int | None = None
     ecc_volatile_uncorrected: int | None = None
@@ -84,6 +97,11 @@ class NvmlFacts:
 
 def _error_name(exc: BaseException) -> str:
     return type(exc).__name__
+
+
+def _optional(nv: Any, name: str, default: Any = None) -> Any:
+    """A module attribute that older nvidia-ml-py releases lack."""
+    return getattr(nv, name, default)
 
 
 def _call(fn: Callable[..., T], *args: Any) -> T | None:
@@ -135,6 +153,7 @@ def _read_device(nv: Any, index: int) -> GpuFacts:
             index=index,
             bus_id=bus_id,
             uuid=_text(_call(nv.nvmlDeviceGetUUID, handle)),
+            minor=_call(nv.nvmlDeviceGetMinorNumber, handle),
             **_memory_facts(nv, handle),
             **_link_facts(nv, handle),
             **_state_facts(nv, handle),
@@ -158,7 +177,9 @@ def _memory_facts(nv: Any, h: Any) -> dict[str, Any]:
         "remap": None
         if remap is None
         else (int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])),
-        "recovery_action": _field(nv, h, nv.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION),
+        "recovery_action": _field(
+            nv, h, _optional(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", RECOVERY_ACTION_FIELD)
+        ),
     }
 
 
@@ -172,7 +193,7 @@ def _field(nv: Any, h: Any, field_id: int) -> int | None:
 def _link_facts(nv: Any, h: Any) -> dict[str, Any]:
     links: list[bool] = []
     errors = 0
-    for link in range(nv.NVML_NVLINK_MAX_LINKS):
+    for link in range(_optional(nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS)):
         state = _call(nv.nvmlDeviceGetNvLinkState, h, link)
         if state is None:
             break
@@ -202,9 +223,13 @@ def _link_facts(nv: Any, h: Any) -> dict[str, Any]:
 
 
 def _state_facts(nv: Any, h: Any) -> dict[str, Any]:
-    reasons = _call(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
-    if reasons is None:  # drivers before the 535 rename
-        reasons = _call(nv.nvmlDeviceGetCurrentClocksThrottleReasons, h)
+    reasons = None
+    for name in (  # the 535 rename first; the old name is deprecated, maybe gone one day
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+    ):
+        if reasons is None and (fn := _optional(nv, name)) is not None:
+            reasons = _call(fn, h)
     util = _call(nv.nvmlDeviceGetUtilizationRates, h)
     procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, h)
     return {

@@ -57,6 +57,19 @@ XID_TEXT = {
     119: "Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 103 "
     "(GSP_RM_ALLOC)",
 }
+# The boards a node can have, as NVML reports their NVLinks (fake_pynvml.py cites sources):
+# HGX H100 SXM: 18 NVLink4 links, all active. H100 PCIe with NVLink bridges: 18 link slots
+# of which 12 train (Azure/azurehpc-health-checks#162 lists links 4, 5, 10, 11, 16 among the
+# six inactive ones; we take 17 as the sixth). Without bridges: all 18 read inactive.
+BOARDS: dict[str, dict[str, Any]] = {
+    "sxm": {"name": "NVIDIA H100 80GB HBM3", "nvlink": [1] * NVLINKS},
+    "pcie": {
+        "name": "NVIDIA H100 PCIe",
+        "nvlink": [0 if link in (4, 5, 10, 11, 16, 17) else 1 for link in range(NVLINKS)],
+    },
+    "pcie_unbridged": {"name": "NVIDIA H100 PCIe", "nvlink": [0] * NVLINKS},
+}
+DRIVER_VERSION = "570.133.20"
 FAULTS = (
     "xid",
     "ecc",
@@ -70,6 +83,7 @@ FAULTS = (
     "nvml_error",
     "driver_unloaded",
     "clear",
+    *(f"board_{board}" for board in BOARDS),
 )
 
 
@@ -77,19 +91,20 @@ class InjectError(TriageError):
     """A fault that cannot be injected as asked."""
 
 
-def _gpu_state(index: int) -> dict[str, Any]:
+def _gpu_state(index: int, board: str = "sxm") -> dict[str, Any]:
     return {
         "index": index,
         "bus_id": BUS_IDS[index],
+        "minor": index,  # /dev/nvidia<minor>; may differ from PCI order (jobstats#34)
         "uuid": f"GPU-5e1a{index:04x}-sim0-4a4a-9c9c-00000000000{index}",
-        "name": "NVIDIA H100 80GB HBM3",
+        "name": BOARDS[board]["name"],
         "lost": False,
         "reset_required": False,
         "ecc_volatile_uncorrected": 0,
         "ecc_aggregate_uncorrected": 0,
         "remap": [0, 0, 0, 0],
         "recovery_action": 0,
-        "nvlink": [1] * NVLINKS,
+        "nvlink": list(BOARDS[board]["nvlink"]),
         "nvlink_errors": 0,
         "pcie": {"width": 16, "max_width": 16, "gen": 5, "max_gen": 5, "replays": 0},
         "temperature_c": 34,
@@ -100,11 +115,12 @@ def _gpu_state(index: int) -> dict[str, Any]:
     }
 
 
-def healthy_state() -> dict[str, Any]:
+def healthy_state(board: str = "sxm") -> dict[str, Any]:
     return {
         "version": 1,
-        "driver": {"loaded": True, "version": "550.90.07", "hang_s": 0},
-        "gpus": [_gpu_state(i) for i in range(GPUS)],
+        "board": board,
+        "driver": {"loaded": True, "version": DRIVER_VERSION, "hang_s": 0},
+        "gpus": [_gpu_state(i, board) for i in range(GPUS)],
         "events": [],
     }
 
@@ -145,14 +161,22 @@ class NodeEstate:
             self.reset()
         return self
 
-    def reset(self) -> None:
-        """Make the node healthy: fresh NVML state, empty kernel log, ports up, mounts."""
+    def reset(self, board: str | None = None) -> None:
+        """Make the node healthy: fresh NVML state, empty kernel log, ports up, mounts.
+        The board (SXM, PCIe) stays what it was unless `board` names another."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)
-        write_json(self.nvml_state, healthy_state())
+        write_json(self.nvml_state, healthy_state(board or self._board()))
         self.kernel_log.write_text("")
         self._write_sysfs()
         self._write_mounts()
+
+    def _board(self) -> str:
+        try:
+            board = json.loads(self.nvml_state.read_text()).get("board", "sxm")
+        except (OSError, ValueError):
+            return "sxm"
+        return board if board in BOARDS else "sxm"
 
     def _write_sysfs(self) -> None:
         for i in range(HCAS):
@@ -226,6 +250,10 @@ def inject(
     if fault == "clear":
         estate.reset()
         return f"{estate.node}: all faults cleared"
+    if fault.startswith("board_") and fault in FAULTS:
+        board = fault.removeprefix("board_")
+        estate.reset(board)
+        return f"{estate.node}: healthy {BOARDS[board]['name']} board ({board})"
     if fault not in FAULTS:
         raise InjectError(f"unknown fault {fault!r}; valid: {', '.join(FAULTS)}")
     if not 0 <= gpu < GPUS:

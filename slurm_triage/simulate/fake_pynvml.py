@@ -1,10 +1,27 @@
 """A stand-in for the `pynvml` module, served from a simulated node's state file.
 
-Same function names and signatures as nvidia-ml-py, same constants (taken from the real
-`pynvml`), and the same error classes with the same codes (`pynvml.NVMLError(code)` builds
-the real subclass, e.g. NVMLError_GpuIsLost for 15). Where real H100s answer NotSupported
-(retired pages, superseded by row remapping), so does this. Functions it does not know
-raise NVMLError_FunctionNotFound, as an old driver's libnvidia-ml would.
+Same function names and signatures as nvidia-ml-py, NVML's own constant values and error
+classes (`nvml_abi.py`: never borrowed from the installed pynvml), and the same failure
+modes as the real library where hardware differs from the happy path:
+
+- **Device cgroups** (Slurm `ConstrainDevices=yes`): NVML opens `/dev/nvidiaN` for each GPU
+  and skips the ones the cgroup denies, so a process sees only its allowed GPUs, numbered
+  from 0 in PCI bus order; `nvmlDeviceGetMinorNumber` and the PCI bus id still name the
+  host's device (seen in the field: guilbaults/slurm-job-exporter#63, PrincetonUniversity/
+  jobstats#34). `allowed_minors` is that allow list.
+- **NVLink**: a link a GPU has but that is not trained reads FEATURE_DISABLED, not
+  NotSupported: H100 PCIe boards report 18 links of which 6 are inactive by design, and all
+  18 without bridges (Azure/azurehpc-health-checks#162, NVIDIA/NVSentinel#1481, NVIDIA/
+  DCGM#198); a link index past the GPU's links is NotSupported (leptonai/gpud nvlink.go).
+- **Hopper**: retired pages are NotSupported (row remapping replaced them).
+- **Driver versions**: the recovery-action field (230) exists from driver R570; older
+  drivers answer NotSupported in the field's slot.
+- **nvidia-ml-py versions**: `binding` is the module surface of one release
+  (`bindings.py`): a name that release lacks is an AttributeError here too.
+
+Functions it does not model raise AttributeError, except the few listed in
+`_UNMODELLED_FUNCTIONS`, which raise NVMLError_FunctionNotFound as an old driver's
+libnvidia-ml does for a missing symbol.
 """
 
 from __future__ import annotations
@@ -14,14 +31,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pynvml
+from slurm_triage.simulate import nvml_abi
+from slurm_triage.simulate.bindings import NEWEST, BindingSurface
+from slurm_triage.simulate.nvml_abi import CONSTANTS, ERROR_CLASSES, ERROR_CODES, NVMLError
 
-_E = pynvml.NVMLError
+_E = nvml_abi.error
+_C = CONSTANTS
+# Driver-side functions a real libnvidia-ml may lack; the stand-in never has them.
+_UNMODELLED_FUNCTIONS = frozenset({"nvmlDeviceGetGspFirmwareMode", "nvmlDeviceGetGpuFabricInfo"})
+# The recovery-action field arrived with driver R570.
+_RECOVERY_FIELD_DRIVER = 570
 
 
 class _Handle:
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __init__(self, host: int, local: int) -> None:
+        self.host, self.local = host, local  # position on the host, NVML index in this process
+
+
+class _PciInfo:
+    def __init__(self, bus_id: str) -> None:
+        self.busId = bus_id.encode()  # nvidia-ml-py's char array: bytes
+
+
+class _FieldValue:
+    class _Value:
+        uiVal = 0
+
+    def __init__(self, field_id: int) -> None:
+        self.fieldId, self.scopeId = field_id, 0
+        self.nvmlReturn = _C["NVML_SUCCESS"]
+        self.valueType = _C["NVML_VALUE_TYPE_UNSIGNED_INT"]
+        self.value = self._Value()
 
 
 class _Utilization:
@@ -42,46 +82,92 @@ class _EventData:
 
 class _EventSet:
     def __init__(self) -> None:
-        self.handles: dict[int, int] = {}
+        self.handles: dict[int, int] = {}  # host position -> event mask
         self.seen = 0
 
 
-class FakeNvml:
-    """Behaves like the pynvml module for one simulated node."""
+def _binding_of(fake: FakeNvml) -> BindingSurface:
+    binding: BindingSurface = object.__getattribute__(fake, "__dict__").get("_binding", NEWEST)
+    return binding
 
-    def __init__(self, state_path: str | Path) -> None:
+
+class FakeNvml:
+    """Behaves like the pynvml module for one simulated node (and one process's cgroup)."""
+
+    def __init__(
+        self,
+        state_path: str | Path,
+        *,
+        allowed_minors: frozenset[int] | None = None,
+        binding: BindingSurface = NEWEST,
+    ) -> None:
         self._path = Path(state_path)
         self._initialised = 0
+        self._allowed = allowed_minors
+        self._binding = binding
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith(("nvml", "NVML")) and name in _binding_of(self).absent:
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        return object.__getattribute__(self, name)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("nvml") and callable(getattr(pynvml, name, None)):
+        # Python falls back here when __getattribute__ refused a name: refuse it again.
+        if name in _binding_of(self).absent:
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        if name in _C:
+            return _C[name]
+        if name in ERROR_CODES:
+            return ERROR_CODES[name]
+        if name in ERROR_CLASSES:
+            return ERROR_CLASSES[name]
+        if name == "NVMLError":
+            return NVMLError
+        if name == "NVML_NVLINK_MAX_LINKS":
+            return _binding_of(self).nvlink_max_links
+        if name in _UNMODELLED_FUNCTIONS:
 
             def missing(*_args: Any, **_kwargs: Any) -> Any:
-                raise _E(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+                raise _E("NVML_ERROR_FUNCTION_NOT_FOUND")
 
             return missing
-        return getattr(pynvml, name)  # constants and error classes are the real ones
+        raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
 
     # -- state ------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         try:
             state: dict[str, Any] = json.loads(self._path.read_text())
         except FileNotFoundError:
-            raise _E(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND) from None
+            raise _E("NVML_ERROR_LIBRARY_NOT_FOUND") from None
         hang = state.get("driver", {}).get("hang_s", 0)
         if hang:
             time.sleep(hang)
         return state
 
+    def _visible(self, state: dict[str, Any]) -> list[int]:
+        """Host positions of the GPUs this process may open, in NVML's (PCI bus) order."""
+        gpus = state["gpus"]
+        allowed = [
+            i
+            for i, g in enumerate(gpus)
+            if self._allowed is None or int(g.get("minor", i)) in self._allowed
+        ]
+        return sorted(allowed, key=lambda i: str(gpus[i]["bus_id"]))
+
     def _gpu(self, handle: _Handle) -> dict[str, Any]:
         if not self._initialised:
-            raise _E(pynvml.NVML_ERROR_UNINITIALIZED)
-        gpu: dict[str, Any] = self._state()["gpus"][handle.index]
+            raise _E("NVML_ERROR_UNINITIALIZED")
+        gpu: dict[str, Any] = self._state()["gpus"][handle.host]
         if gpu["lost"]:
-            raise _E(pynvml.NVML_ERROR_GPU_IS_LOST)
+            raise _E("NVML_ERROR_GPU_IS_LOST")
         if gpu["reset_required"]:
-            raise _E(pynvml.NVML_ERROR_RESET_REQUIRED)
+            raise _E("NVML_ERROR_RESET_REQUIRED")
         return gpu
+
+    def _driver_major(self) -> int:
+        version = str(self._state()["driver"]["version"])
+        head = version.split(".", 1)[0]
+        return int(head) if head.isdigit() else 0
 
     # -- init -------------------------------------------------------------------------
     def nvmlInit(self) -> None:
@@ -90,16 +176,16 @@ class FakeNvml:
     def nvmlInitWithFlags(self, flags: int) -> None:
         state = self._state()
         if not state["driver"]["loaded"]:
-            raise _E(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+            raise _E("NVML_ERROR_DRIVER_NOT_LOADED")
         if state["driver"].get("version_mismatch"):
-            raise _E(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+            raise _E("NVML_ERROR_LIB_RM_VERSION_MISMATCH")
         if state["driver"].get("init_error"):
-            raise _E(int(state["driver"]["init_error"]))
+            raise NVMLError(int(state["driver"]["init_error"]))
         self._initialised += 1
 
     def nvmlShutdown(self) -> None:
         if not self._initialised:
-            raise _E(pynvml.NVML_ERROR_UNINITIALIZED)
+            raise _E("NVML_ERROR_UNINITIALIZED")
         self._initialised -= 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
@@ -107,21 +193,28 @@ class FakeNvml:
 
     def nvmlDeviceGetCount(self) -> int:
         if not self._initialised:
-            raise _E(pynvml.NVML_ERROR_UNINITIALIZED)
-        return len(self._state()["gpus"])
+            raise _E("NVML_ERROR_UNINITIALIZED")
+        return len(self._visible(self._state()))
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
-        if not 0 <= index < self.nvmlDeviceGetCount():
-            raise _E(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        handle = _Handle(index)
+        if not self._initialised:
+            raise _E("NVML_ERROR_UNINITIALIZED")
+        visible = self._visible(self._state())
+        if not 0 <= index < len(visible):
+            raise _E("NVML_ERROR_INVALID_ARGUMENT")
+        handle = _Handle(visible[index], index)
         self._gpu(handle)  # a lost GPU fails here already, as on real hardware
         return handle
 
+    def nvmlDeviceGetIndex(self, h: _Handle) -> int:
+        return h.local
+
     # -- identity ---------------------------------------------------------------------
-    def nvmlDeviceGetPciInfo(self, h: _Handle) -> Any:
-        info = pynvml.nvmlPciInfo_t()
-        info.busId = self._gpu(h)["bus_id"].encode()
-        return info
+    def nvmlDeviceGetPciInfo(self, h: _Handle) -> _PciInfo:
+        return _PciInfo(str(self._gpu(h)["bus_id"]))
+
+    def nvmlDeviceGetMinorNumber(self, h: _Handle) -> int:
+        return int(self._gpu(h).get("minor", h.host))
 
     def nvmlDeviceGetUUID(self, h: _Handle) -> str:
         return str(self._gpu(h)["uuid"])
@@ -132,45 +225,49 @@ class FakeNvml:
     # -- memory -----------------------------------------------------------------------
     def nvmlDeviceGetTotalEccErrors(self, h: _Handle, error_type: int, counter_type: int) -> int:
         gpu = self._gpu(h)
-        if error_type != pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+        if error_type != _C["NVML_MEMORY_ERROR_TYPE_UNCORRECTED"]:
             return 0
-        key = "volatile" if counter_type == pynvml.NVML_VOLATILE_ECC else "aggregate"
+        key = "volatile" if counter_type == _C["NVML_VOLATILE_ECC"] else "aggregate"
         return int(gpu[f"ecc_{key}_uncorrected"])
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h: _Handle) -> int:
         self._gpu(h)
-        raise _E(pynvml.NVML_ERROR_NOT_SUPPORTED)  # Hopper: row remapping replaces it
+        raise _E("NVML_ERROR_NOT_SUPPORTED")  # Hopper: row remapping replaces it
 
     def nvmlDeviceGetRemappedRows(self, h: _Handle) -> tuple[int, int, int, int]:
         corr, unc, pending, failure = self._gpu(h)["remap"]
         return int(corr), int(unc), int(pending), int(failure)
 
-    def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[int]) -> Any:
+    def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[int]) -> list[_FieldValue]:
         gpu = self._gpu(h)
-        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
-        for slot, field_id in zip(values, field_ids, strict=True):
-            slot.fieldId = field_id
-            if field_id == pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
-                slot.nvmlReturn = pynvml.NVML_SUCCESS
-                slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        values = []
+        for field_id in field_ids:
+            slot = _FieldValue(field_id)
+            if (
+                field_id == _C["NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"]
+                and self._driver_major() >= _RECOVERY_FIELD_DRIVER
+            ):
                 slot.value.uiVal = int(gpu["recovery_action"])
             else:
-                slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                slot.nvmlReturn = ERROR_CODES["NVML_ERROR_NOT_SUPPORTED"]
+            values.append(slot)
         return values
 
     # -- links ------------------------------------------------------------------------
     def nvmlDeviceGetNvLinkState(self, h: _Handle, link: int) -> int:
         links = self._gpu(h)["nvlink"]
-        if link >= len(links):
-            raise _E(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return pynvml.NVML_FEATURE_ENABLED if links[link] else pynvml.NVML_FEATURE_DISABLED
+        if not 0 <= link < len(links):
+            raise _E("NVML_ERROR_NOT_SUPPORTED")  # past this GPU's links (gpud nvlink.go)
+        return _C["NVML_FEATURE_ENABLED"] if links[link] else _C["NVML_FEATURE_DISABLED"]
 
     def nvmlDeviceGetNvLinkErrorCounter(self, h: _Handle, link: int, counter: int) -> int:
         gpu = self._gpu(h)
+        if not 0 <= link < len(gpu["nvlink"]):
+            raise _E("NVML_ERROR_NOT_SUPPORTED")
         # All simulated link errors are CRC flit errors on link 3 (where XID 74 puts them).
         return (
             int(gpu["nvlink_errors"])
-            if (link, counter) == (3, pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+            if (link, counter) == (3, _C["NVML_NVLINK_ERROR_DL_CRC_FLIT"])
             else 0
         )
 
@@ -209,9 +306,9 @@ class FakeNvml:
     def nvmlDeviceGetSupportedEventTypes(self, h: _Handle) -> int:
         self._gpu(h)
         return int(
-            pynvml.nvmlEventTypeXidCriticalError
-            | pynvml.nvmlEventTypeDoubleBitEccError
-            | pynvml.nvmlEventTypeSingleBitEccError
+            _C["nvmlEventTypeXidCriticalError"]
+            | _C["nvmlEventTypeDoubleBitEccError"]
+            | _C["nvmlEventTypeSingleBitEccError"]
         )
 
     def nvmlEventSetCreate(self) -> _EventSet:
@@ -221,27 +318,31 @@ class FakeNvml:
 
     def nvmlDeviceRegisterEvents(self, h: _Handle, mask: int, event_set: _EventSet) -> None:
         self._gpu(h)
-        event_set.handles[h.index] = mask
+        event_set.handles[h.host] = mask
 
     def nvmlEventSetWait_v2(self, event_set: _EventSet, timeout_ms: int) -> _EventData:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            events = self._state()["events"]
+            state = self._state()
+            events = state["events"]
             while event_set.seen < len(events):
                 event = events[event_set.seen]
                 event_set.seen += 1
                 kind = (
-                    pynvml.nvmlEventTypeXidCriticalError
+                    _C["nvmlEventTypeXidCriticalError"]
                     if event["type"] == "xid"
-                    else pynvml.nvmlEventTypeDoubleBitEccError
+                    else _C["nvmlEventTypeDoubleBitEccError"]
                 )
-                if event["gpu"] in event_set.handles and kind & event_set.handles[event["gpu"]]:
-                    return _EventData(_Handle(event["gpu"]), kind, int(event["data"]))
+                host = event["gpu"]
+                if host in event_set.handles and kind & event_set.handles[host]:
+                    local = self._visible(state).index(host)
+                    return _EventData(_Handle(host, local), kind, int(event["data"]))
             if time.monotonic() >= deadline:
-                raise _E(pynvml.NVML_ERROR_TIMEOUT)
+                raise _E("NVML_ERROR_TIMEOUT")
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
-    nvmlEventSetWait = nvmlEventSetWait_v2
+    def nvmlEventSetWait(self, event_set: _EventSet, timeout_ms: int) -> _EventData:
+        return self.nvmlEventSetWait_v2(event_set, timeout_ms)
 
     def nvmlEventSetFree(self, event_set: _EventSet) -> None:
         event_set.handles.clear()

@@ -1,4 +1,4 @@
-"""The simulated estate's pynvml stand-in raises the real pynvml errors, with their codes."""
+"""The simulated estate's pynvml stand-in raises NVML's errors, with their codes."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import threading
 import time
 from pathlib import Path
 
-import pynvml
 import pytest
 
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.simulate.estate import InjectError, NodeEstate, inject
 from slurm_triage.simulate.fake_pynvml import FakeNvml
+from slurm_triage.simulate.nvml_abi import CONSTANTS, ERROR_CLASSES
+
+XID_EVENT = CONSTANTS["nvmlEventTypeXidCriticalError"]
 
 
 @pytest.fixture
@@ -22,18 +24,19 @@ def estate(tmp_path: Path) -> NodeEstate:
 def test_uninitialised_calls_raise_like_pynvml(estate: NodeEstate) -> None:
     """Device calls before nvmlInit raise NVMLError_Uninitialized, as the real library does."""
     nv = FakeNvml(estate.nvml_state)
-    with pytest.raises(pynvml.NVMLError_Uninitialized):
+    with pytest.raises(ERROR_CLASSES["NVMLError_Uninitialized"]):
         nv.nvmlDeviceGetCount()
 
 
 def test_lost_gpu_raises_gpu_is_lost_with_code_15(estate: NodeEstate) -> None:
-    """After XID 79 the device's handle raises pynvml's NVMLError_GpuIsLost (code 15)."""
+    """After XID 79 the device's handle raises NVMLError_GpuIsLost (code 15)."""
     inject(estate, "xid", 79, gpu=3)
     nv = FakeNvml(estate.nvml_state)
     nv.nvmlInit()
-    with pytest.raises(pynvml.NVMLError_GpuIsLost) as err:
+    with pytest.raises(nv.NVMLError_GpuIsLost) as err:
         nv.nvmlDeviceGetHandleByIndex(3)
-    assert err.value.value == pynvml.NVML_ERROR_GPU_IS_LOST == 15
+    assert err.value.value == nv.NVML_ERROR_GPU_IS_LOST == 15
+    assert isinstance(err.value, nv.NVMLError)
     nv.nvmlDeviceGetHandleByIndex(2)  # the others still answer
 
 
@@ -42,17 +45,20 @@ def test_hopper_retired_pages_not_supported(estate: NodeEstate) -> None:
     nv = FakeNvml(estate.nvml_state)
     nv.nvmlInit()
     handle = nv.nvmlDeviceGetHandleByIndex(0)
-    with pytest.raises(pynvml.NVMLError_NotSupported):
+    with pytest.raises(nv.NVMLError_NotSupported):
         nv.nvmlDeviceGetRetiredPagesPendingStatus(handle)
     assert read_nvml(nv).gpus[0].retired_pages_pending is None
 
 
 def test_unknown_functions_raise_function_not_found(estate: NodeEstate) -> None:
-    """A call the stand-in does not implement behaves like an old driver's missing symbol."""
+    """A driver function the stand-in models as absent behaves like an old driver's missing
+    symbol; a name it does not know at all is an AttributeError, as on the real module."""
     nv = FakeNvml(estate.nvml_state)
-    with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+    with pytest.raises(nv.NVMLError_FunctionNotFound):
         nv.nvmlDeviceGetGspFirmwareMode(None)
-    assert nv.NVML_FEATURE_ENABLED == pynvml.NVML_FEATURE_ENABLED
+    with pytest.raises(AttributeError):
+        nv.nvmlDeviceGetNoSuchThing  # noqa: B018
+    assert nv.NVML_FEATURE_ENABLED == 1
 
 
 def test_driver_unloaded_is_an_init_error(estate: NodeEstate) -> None:
@@ -74,13 +80,13 @@ def test_xid_event_reaches_registered_waiter(estate: NodeEstate) -> None:
     nv.nvmlInit()
     handle = nv.nvmlDeviceGetHandleByIndex(5)
     event_set = nv.nvmlEventSetCreate()
-    nv.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
-    with pytest.raises(pynvml.NVMLError_Timeout):
+    nv.nvmlDeviceRegisterEvents(handle, XID_EVENT, event_set)
+    with pytest.raises(nv.NVMLError_Timeout):
         nv.nvmlEventSetWait_v2(event_set, 50)
     threading.Timer(0.1, inject, args=(estate, "xid", 48), kwargs={"gpu": 5}).start()
     data = nv.nvmlEventSetWait_v2(event_set, 5000)
-    assert (data.eventType, data.eventData, data.device.index) == (
-        pynvml.nvmlEventTypeXidCriticalError,
+    assert (data.eventType, data.eventData, nv.nvmlDeviceGetIndex(data.device)) == (
+        XID_EVENT,
         48,
         5,
     )
