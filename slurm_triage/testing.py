@@ -49,6 +49,7 @@ __all__ = ["MUTATING", "Call", "FakeDoor", "job_info", "node_info", "node_infos"
 MUTATING = frozenset(
     {
         "requeue",
+        "hold",
         "release",
         "cancel",
         "set_excluded_nodes",
@@ -167,16 +168,40 @@ class FakeDoor(SlurmDoor):
         exit_code: int = 0,
         signal: int = 0,
         state_text: str = "",
+        shows_base_state: bool = False,
     ) -> None:
         """The job's run ended: slurmctld shows COMPLETING with the ending's reason (as
-        while EpilogSlurmctld runs), accounting the final state, e.g. 'CANCELLED by 0'."""
+        while EpilogSlurmctld runs), accounting the final state, e.g. 'CANCELLED by 0'.
+        `shows_base_state`: as `scontrol --json` (24.05+), the state under COMPLETING is
+        known too; the text form shows COMPLETING alone."""
         final = JobState.parse(str(state))
         job = replace(self.jobs[job_id], exit_code=exit_code, exit_signal=signal)
         self.accounting[job_id] = replace(
             _accounted(job), state=final, state_text=state_text or final.value
         )
         reason = _ENDING_REASON.get(final, "None")
-        self.jobs[job_id] = replace(job, state=JobState.COMPLETING, state_reason=reason)
+        self.jobs[job_id] = replace(
+            job,
+            state=JobState.COMPLETING,
+            state_reason=reason,
+            base_state=final if shows_base_state else JobState.UNKNOWN,
+        )
+
+    def requeue_after_prolog_failure(self, job_id: int, *, shows_base_state: bool) -> None:
+        """Slurm requeued the job itself (a Prolog failed) before EpilogSlurmctld runs: the
+        controller shows COMPLETING with 0:0 and the next run's restart count; accounting
+        has the run that ended as REQUEUED (NODE_FAIL on 22.05)."""
+        job = self.jobs[job_id]
+        self.accounting[job_id] = replace(
+            _accounted(job), state=JobState.REQUEUED, state_text="REQUEUED"
+        )
+        self.jobs[job_id] = replace(
+            job,
+            state=JobState.COMPLETING,
+            base_state=JobState.PENDING if shows_base_state else JobState.UNKNOWN,
+            state_reason="None",
+            restart_count=job.restart_count + 1,
+        )
 
     def finish_expedited_requeue(self, job_id: int, *, epilog_failed: bool) -> None:
         """Slurm 25.11 ends an expedited requeue once every Epilog and EpilogSlurmctld ended:
@@ -262,6 +287,13 @@ class FakeDoor(SlurmDoor):
             start_time=None,
         )
         self.accounting.pop(job_id, None)
+
+    def hold(self, job_id: int) -> None:
+        self._enter("hold", job_id)
+        job = self._controller_job(job_id, f"scontrol hold {job_id}")
+        # Slurm answers 0 for a job past pending too (it only zeroes its priority).
+        if job.state is JobState.PENDING:
+            self.jobs[job_id] = replace(job, state_reason="JobHeldAdmin")
 
     def release(self, job_id: int) -> None:
         self._enter("release", job_id)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from slurm_triage.logs import get_logger
 from slurm_triage.policies import Decision, Verdict
-from slurm_triage.slurm import InvalidJobState, SlurmDoor, SlurmError
+from slurm_triage.slurm import InvalidJobState, JobState, SlurmDoor, SlurmError
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,13 @@ def carry_out(
     requeued = held = False
     excluded: tuple[str, ...] = ()
     if decision.verdict in (Verdict.REQUEUE, Verdict.HOLD):
-        held = decision.verdict is Verdict.HOLD and not already_requeued
-        requeued = already_requeued or _step(
-            errors, "requeue", lambda: door.requeue(job_id, hold=held)
-        )
+        hold = decision.verdict is Verdict.HOLD
+        if not already_requeued:
+            requeued = _step(errors, "requeue", lambda: door.requeue(job_id, hold=hold))
+            held = hold and requeued
+        else:
+            requeued = True
+            held = hold and not held_by_slurm and _step(errors, "hold", lambda: _hold(door, job_id))
         if requeued and decision.exclude and not restarted_by_slurm:
             result: list[tuple[str, ...]] = []
             if _step(
@@ -130,6 +133,17 @@ def carry_out(
     for error in errors:
         log.error("decision_step_failed", error=error)
     return Applied(requeued and not held, held, excluded, drained, skipped, tuple(errors))
+
+
+def _hold(door: SlurmDoor, job_id: int) -> None:
+    """Hold a job Slurm requeued itself: pending (waiting for a required node, say), it is
+    held; started again already (an expedited restart), it is requeued held, since a job we
+    hold (its budget spent, its required node failed) must not run on."""
+    job = door.job(job_id)
+    if job.state in (JobState.RUNNING, JobState.CONFIGURING):
+        door.requeue(job_id, hold=True)
+    elif not job.state.finished:
+        door.hold(job_id)
 
 
 def _comment(door: SlurmDoor, job_id: int, summary: str, requeued: bool, errors: list[str]) -> None:

@@ -49,6 +49,7 @@ _RUNNING_AGAIN = frozenset(
         JobState.REQUEUED,
         JobState.REQUEUE_HOLD,
         JobState.SUSPENDED,
+        JobState.EXPEDITING,  # 25.11: pending after an expedited requeue, until it starts
     }
 )
 # While EpilogSlurmctld runs, slurmctld shows COMPLETING; the reason says how it ended.
@@ -112,6 +113,13 @@ def final_state(door: SlurmDoor, job: JobInfo, wait_s: float) -> str:
     controller's reason."""
     if job.state.finished:
         return job.state.value
+    if job.state is JobState.COMPLETING:
+        # 24.05+ (scontrol --json) shows the state under COMPLETING: no need to wait for
+        # accounting, except for a cancel, where accounting says who cancelled.
+        if job.base_state is JobState.PENDING:
+            return "REQUEUED"  # Slurm requeued the run that ended (its Prolog failed, ...)
+        if job.base_state.finished and job.base_state is not JobState.CANCELLED:
+            return job.base_state.value
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -391,8 +399,9 @@ def decide(
     state_text = (
         "REQUEUED"
         if job.state in _RUNNING_AGAIN or requeued_since
-        # Even a clean exit is asked of accounting: when Slurm requeues a job itself (its
-        # Prolog failed) the controller still shows 0:0 and no reason at this point.
+        # Where the controller shows only COMPLETING (before 24.05), even a clean exit is
+        # asked of accounting: when Slurm requeues a job itself (its Prolog failed) it still
+        # shows 0:0 and no reason at this point.
         else final_state(door, job, min(5.0, config.decision.wait_for_nodes_s))
     )
     requeued_by_slurm = state_text == "REQUEUED"

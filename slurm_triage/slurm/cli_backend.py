@@ -3,9 +3,10 @@
 Reads use machine-readable forms where the installed Slurm has working ones: nodes come from
 `scontrol --json show nodes` from 23.02 on and from `sinfo --json` on 22.05 (which has no
 `scontrol --json`, while 23.02+ sinfo prints another document); jobs from `sacct -P` and
-from `scontrol show job`, with a parser that is safe against user-controlled text (see
-parse.parse_scontrol_job). The version deciding this is the client's (`scontrol --version`,
-asked once per door): the clients print the documents we parse.
+from `scontrol --json show job` on 24.05+ and the text form before, with a parser that is
+safe against user-controlled text (see parse.parse_scontrol_job). The version deciding
+this is the client's (`scontrol --version`, asked once per door): the clients print the
+documents we parse.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ MAX_REASON_CHARS = 500
 # `scontrol --json` (data_parser v0.0.39) and `sinfo --json`'s {"sinfo": [...]} both
 # arrived in 23.02.
 SCONTROL_JSON_SINCE = (23, 2)
+# Jobs as JSON from data_parser v0.0.41 (24.05), the first to print the expanded output
+# paths (`stdout_expanded`); before, the text form is parsed.
+SCONTROL_JOB_JSON_SINCE = (24, 5)
 
 
 def _resolver(bin_dir: str, env: dict[str, str] | None):  # type: ignore[no-untyped-def]
@@ -62,6 +66,9 @@ class CliDoor(SlurmDoor):
 
     def job(self, job_id: int) -> JobInfo:
         try:
+            if parse.version_tuple(self.slurm_version()) >= SCONTROL_JOB_JSON_SINCE:
+                result = self._runner.run(["scontrol", "--json", "show", "job", str(job_id)])
+                return parse.parse_scontrol_job_json(result.stdout, job_id)
             result = self._runner.run(["scontrol", "show", "job", str(job_id)])
             return parse.parse_scontrol_job(result.stdout, job_id)
         except JobNotFound:
@@ -125,6 +132,10 @@ class CliDoor(SlurmDoor):
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._runner.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
         log.info("job_requeued", job_id=job_id, hold=hold)
+
+    def hold(self, job_id: int) -> None:
+        self._runner.run(["scontrol", "hold", str(job_id)])
+        log.info("job_held", job_id=job_id)
 
     def release(self, job_id: int) -> None:
         self._runner.run(["scontrol", "release", str(job_id)])

@@ -46,6 +46,10 @@ class SlurmDoor(abc.ABC):
         """Requeue a running or just-ended batch job; held jobs wait for `scontrol release`."""
 
     @abc.abstractmethod
+    def hold(self, job_id: int) -> None:
+        """Hold a pending job (`scontrol hold`): it stays pending until released."""
+
+    @abc.abstractmethod
     def release(self, job_id: int) -> None:
         """Release a held job (`scontrol release`): it may start again."""
 

@@ -15,6 +15,7 @@ class JobState(enum.StrEnum):
     RUNNING = "RUNNING"
     SUSPENDED = "SUSPENDED"
     COMPLETING = "COMPLETING"
+    EXPEDITING = "EXPEDITING"  # 25.11: an expedited requeue under way
     COMPLETED = "COMPLETED"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
@@ -131,6 +132,11 @@ class JobInfo:
     # sbatch --requeue=expedite (Slurm 25.11+, `ExpeditedRequeue=Yes`): Slurm itself requeues
     # the job at once when one of its node Epilogs failed, and requeues it held otherwise.
     expedited_requeue: bool = False
+    # The base state under Slurm's flags where the source reports it (`scontrol --json`,
+    # 24.05+): while a job is COMPLETING, COMPLETED for a clean end, CANCELLED, FAILED, ...,
+    # or PENDING when Slurm has already requeued the run that ended (its Prolog failed, a
+    # node failed). UNKNOWN where the source prints only the flag (the text form).
+    base_state: JobState = JobState.UNKNOWN
 
 
 class NodeFlag(enum.StrEnum):

@@ -1,5 +1,6 @@
-"""Pure parsers of Slurm 22.05-25.11 client output: `scontrol show job`, `sacct`, and the
-node list as JSON (`sinfo --json` on 22.05, `scontrol --json show nodes` from 23.02 on).
+"""Pure parsers of Slurm 22.05-25.11 client output: `scontrol show job` (text, and JSON
+from 24.05 on), `sacct`, and the node list as JSON (`sinfo --json` on 22.05, `scontrol
+--json show nodes` from 23.02 on).
 
 They take text and return model objects or raise SlurmOutputError; no I/O here, so they
 are fuzzed directly (issue 8) and tested on output recorded from both Slurm generations.
@@ -14,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from slurm_triage import hostlist
-from slurm_triage.slurm.errors import SlurmOutputError
+from slurm_triage.slurm.errors import JobNotFound, SlurmOutputError
 from slurm_triage.slurm.model import JobInfo, JobState, NodeInfo
 
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
@@ -454,3 +455,99 @@ def parse_version(text: str) -> str:
     if not match:
         raise SlurmOutputError(f"unparsable Slurm version {text.strip()[:80]!r}")
     return match.group(1)
+
+
+# job_state_string()'s order (slurm_protocol_defs.c): the text form prints the first flag
+# set, else the base state. `scontrol --json` lists the base state first, then the flags.
+_SHOWN_FLAG_ORDER = (
+    "COMPLETING", "STAGE_OUT", "CONFIGURING", "EXPEDITING", "RESIZING", "REQUEUED",
+    "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD",
+    "SIGNALING",
+)  # fmt: skip
+
+
+def parse_scontrol_job_json(text: str, job_id: int) -> JobInfo:
+    """One job from `scontrol --json show job N` (data_parser v0.0.41+, Slurm 24.05 on:
+    the first to print the expanded output paths). JSON keeps every user-controlled field
+    in its own string, and the state keeps its base under the COMPLETING flag."""
+    if len(text) > MAX_OUTPUT_BYTES:
+        raise SlurmOutputError("scontrol --json show job: output too large")
+    try:
+        jobs = json.loads(text)["jobs"]
+        if not isinstance(jobs, list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, RecursionError):
+        raise SlurmOutputError("scontrol --json show job: not the expected JSON document") from None
+    mine = [j for j in jobs if isinstance(j, dict) and j.get("job_id") == job_id]
+    if not mine:
+        raise JobNotFound(f"job {job_id}: not known to slurmctld")
+    try:
+        return _job_from_json(mine[0], job_id)
+    except (KeyError, TypeError, AttributeError, ValueError):
+        raise SlurmOutputError(
+            f"scontrol --json show job {job_id}: a field has an unexpected shape"
+        ) from None
+
+
+def _job_from_json(raw: dict[str, Any], job_id: int) -> JobInfo:
+    words = raw["job_state"]
+    words = [words] if isinstance(words, str) else list(words)
+    if not words or not all(isinstance(w, str) and w for w in words):
+        raise ValueError("no job state")
+    base, flags = JobState.parse(words[0]), {w.upper() for w in words[1:]}
+    shown = next((JobState.parse(f) for f in _SHOWN_FLAG_ORDER if f in flags), base)
+    exit_code, exit_signal = _json_exit(raw.get("exit_code"))
+    time_limit = raw.get("time_limit")
+    return JobInfo(
+        job_id=job_id,
+        state=shown,
+        base_state=base,
+        state_reason=_none_if_null(_json_text(raw.get("state_reason"))),
+        exit_code=exit_code,
+        exit_signal=exit_signal,
+        nodes=_nodes(_json_text(raw.get("nodes"))),
+        excluded_nodes=_nodes(_json_text(raw.get("excluded_nodes"))),
+        required_nodes=_nodes(_json_text(raw.get("required_nodes"))),
+        restart_count=_json_count(raw.get("restart_cnt")),
+        requeue=raw.get("requeue") is True,
+        batch=raw.get("batch_flag") is True,
+        user=_json_text(raw.get("user_name")),
+        uid=_json_count(raw.get("user_id"), default=None),
+        partition=_json_text(raw.get("partition")),
+        num_nodes=_json_count(raw.get("node_count")),
+        time_limit_min=None
+        if isinstance(time_limit, dict) and time_limit.get("infinite")
+        else _json_count(time_limit, default=None),
+        admin_comment=_json_text(raw.get("admin_comment")),
+        comment=_json_text(raw.get("comment")),
+        source="scontrol",
+        std_out=_json_text(raw.get("stdout_expanded")),
+        # As in the text form, an empty stderr means it goes to the StdOut file.
+        std_err=_json_text(raw.get("stderr_expanded")) or _json_text(raw.get("stdout_expanded")),
+        batch_host=_json_text(raw.get("batch_host")),
+        start_time=_json_time(raw.get("start_time")),
+        expedited_requeue="EXPEDITED_REQUEUE" in (raw.get("flags") or ()),
+    )
+
+
+def _json_count(value: Any, default: int | None = 0) -> Any:
+    """A plain int or {"set": bool, "infinite": bool, "number": int}; unset -> default."""
+    if isinstance(value, dict):
+        if not value.get("set") or value.get("infinite"):
+            return default
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return default
+    return value
+
+
+def _json_exit(value: Any) -> tuple[int, int]:
+    """data_parser's PROCESS_EXIT_CODE: {"status", "return_code", "signal": {"id", "name"}};
+    a job ended by a signal has no return code (ExitCode=0:15 in the text form)."""
+    if not isinstance(value, dict):
+        return 0, 0
+    signal = value.get("signal")
+    return (
+        _json_count(value.get("return_code")),
+        _json_count(signal.get("id") if isinstance(signal, dict) else None),
+    )

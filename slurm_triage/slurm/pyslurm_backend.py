@@ -183,6 +183,10 @@ class PyslurmDoor(SlurmDoor):
         self._call("requeue", lambda: self._ps.Job(job_id).requeue(hold=hold))
         log.info("job_requeued", job_id=job_id, hold=hold)
 
+    def hold(self, job_id: int) -> None:
+        self._call("hold", lambda: self._ps.Job(job_id).hold())
+        log.info("job_held", job_id=job_id)
+
     def release(self, job_id: int) -> None:
         self._call("release", lambda: self._ps.Job(job_id).release())
         log.info("job_released", job_id=job_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -173,3 +174,38 @@ def test_a_summary_slurm_could_not_take_is_an_error(door: FakeDoor) -> None:
     applied = carry_out(door, Decision(Verdict.RECORD_ONLY), cause="segfault", blamed=())
     assert applied.errors == ("admin_comment: scontrol update: Socket timed out",)
     assert applied.to_dict()["errors"] == ["admin_comment: scontrol update: Socket timed out"]
+
+
+def test_hold_of_a_job_slurm_requeued_holds_the_pending_job(door: FakeDoor) -> None:
+    """Slurm requeued the job itself (a failed Epilog with --requeue=expedite, or its
+    Prolog) and it waits for its failed required node: it is held (`scontrol hold`), never
+    requeued held (Slurm refuses that for a pending job) and never left to wait for ever."""
+    door.requeue(JOB)
+    door.calls.clear()
+    decision = Decision(Verdict.HOLD, drain=("node2",), required_failed=("node2",))
+    applied = carry_out(door, decision, already_requeued=True)
+    assert door.calls_to("hold") == [Call("hold", (JOB,))]
+    assert "requeue" not in door.methods()
+    assert (applied.held, applied.requeued) == (True, False)
+    assert door.job(JOB).state_reason == "JobHeldAdmin"
+
+
+def test_hold_of_a_job_slurm_restarted_requeues_it_held(door: FakeDoor) -> None:
+    """An expedited restart may already run again when we decide to hold (its budget is
+    spent): it is requeued held, so a crash loop stops there."""
+    door.requeue(JOB)
+    door.jobs[JOB] = replace(door.jobs[JOB], state=JobState.RUNNING)
+    door.calls.clear()
+    applied = carry_out(
+        door, Decision(Verdict.HOLD), already_requeued=True, restarted_by_slurm=True
+    )
+    assert door.calls_to("requeue") == [Call("requeue", (JOB,), {"hold": True})]
+    assert applied.held and not applied.errors
+
+
+def test_a_failed_held_requeue_is_not_reported_held(door: FakeDoor) -> None:
+    """Holding failed: Applied says neither held nor requeued, and keeps the error."""
+    door.fail("requeue", SlurmUnavailable("scontrol requeuehold 7: Socket timed out"))
+    applied = carry_out(door, Decision(Verdict.HOLD))
+    assert (applied.held, applied.requeued) == (False, False)
+    assert applied.errors == ("requeue: scontrol requeuehold 7: Socket timed out",)

@@ -10,6 +10,7 @@ import pytest
 
 from slurm_triage.slurm.cli_backend import CliDoor
 from slurm_triage.slurm.errors import NodeNotFound, SlurmOutputError
+from slurm_triage.slurm.model import JobState
 from slurm_triage.slurm.parse import SACCT_DELIMITER, SACCT_FIELDS
 from slurm_triage.slurm.runner import Runner
 from tests.conftest import FIXTURES
@@ -118,3 +119,45 @@ def test_sacct_asks_for_the_raw_id(tmp_path: Path) -> None:
     )
     job = door.accounted_job(14)
     assert (job.job_id, job.nodes, job.source) == (14, ("node3",), "sacct")
+
+
+JSON_COMPLETED = "25.11/scontrol_json_show_job_completing_completed.json"
+
+
+@pytest.mark.parametrize(
+    ("version", "job_id", "argv", "fixture"),
+    [
+        ("25.11.7", 4, "scontrol --json show job 4", JSON_COMPLETED),
+        ("24.05.8", 4, "scontrol --json show job 4", JSON_COMPLETED),
+        ("23.11.10", 11, "scontrol show job 11", "25.11/scontrol_show_job_completed.txt"),
+        ("22.05.8", 4, "scontrol show job 4", "22.05/scontrol_show_job_completed.txt"),
+    ],
+)  # fmt: skip
+def test_jobs_are_read_as_json_from_24_05(
+    tmp_path: Path, version: str, job_id: int, argv: str, fixture: str
+) -> None:
+    """24.05+ (data_parser v0.0.41, which prints the expanded output paths): the job comes
+    from `scontrol --json show job`, which keeps the state under COMPLETING; before, from
+    the text form, which shows COMPLETING alone."""
+    door, log = _fake_slurm(tmp_path, version, {argv: str(SLURM / fixture)})
+    job = door.job(job_id)
+    assert _calls(log) == ["scontrol --version", argv]
+    json_form = fixture.endswith(".json")
+    assert job.base_state is (JobState.COMPLETED if json_form else JobState.UNKNOWN)
+
+
+def test_a_job_json_no_longer_knows_is_read_from_accounting(tmp_path: Path) -> None:
+    """25.11 answers an unknown job with rc 0 and no jobs: the door asks accounting."""
+    sacct = f"sacct -j 14 -D -X -n -P --delimiter={SACCT_DELIMITER} -o {','.join(SACCT_FIELDS)}"
+    door, log = _fake_slurm(
+        tmp_path,
+        "25.11.7",
+        {
+            "scontrol --json show job 14": str(
+                SLURM / "25.11" / "scontrol_json_show_job_completing_completed.json"
+            ),
+            sacct: str(SLURM / "25.11" / "sacct_array_task.txt"),
+        },
+    )
+    assert door.job(14).source == "sacct"
+    assert _calls(log)[1:] == ["scontrol --json show job 14", sacct]

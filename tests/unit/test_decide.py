@@ -598,3 +598,48 @@ def test_the_hook_reads_the_job_from_the_controller_once(cluster: Cluster) -> No
     out = decide_from_env(cluster.config, env, door=cluster.door)
     assert out is not None and out.decided
     assert cluster.door.methods().count("job") == 1
+
+
+@pytest.mark.parametrize(("state", "exit_code"), [("COMPLETED", 0), ("FAILED", 3)])
+def test_where_slurm_shows_the_state_under_completing_accounting_is_not_asked(
+    cluster: Cluster, state: str, exit_code: int
+) -> None:
+    """Issue 12 item 3: on 24.05+ (`scontrol --json`) the job's own read says how it ended
+    under COMPLETING, so no sacct poll; a clean end costs one read of the job."""
+    cluster.door.end_job(JOB, state, exit_code=exit_code, shows_base_state=True)
+    # Accounting would say otherwise: it must not be the source.
+    cluster.door.accounting[JOB] = replace(cluster.door.accounting[JOB], state=JobState.RUNNING)
+    ending = Ending(JOB, 0, NODES, USER, exit_code, 0, time.time())
+    decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    assert "accounted_job" not in cluster.door.methods()
+    assert cluster.row().state == state
+    if state == "COMPLETED":
+        assert cluster.door.methods() == ["job"]
+
+
+def test_a_cancel_still_asks_accounting_who_cancelled(cluster: Cluster) -> None:
+    """A cancel's base state is known, but accounting says who cancelled (an admin or the
+    user), which attribution reads."""
+    cluster.door.end_job(
+        JOB, "CANCELLED", signal=15, state_text="CANCELLED by 0", shows_base_state=True
+    )
+    ending = Ending(JOB, 0, NODES, USER, 0, 15, time.time())
+    decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    assert "accounted_job" in cluster.door.methods()
+    assert cluster.row().state == "CANCELLED by 0"
+
+
+@pytest.mark.parametrize("shows_base_state", [True, False])
+def test_a_prolog_failure_requeue_at_completing_is_read_as_requeued(
+    cluster: Cluster, shows_base_state: bool
+) -> None:
+    """Slurm requeued the job itself (its Prolog failed) and shows COMPLETING, 0:0: on 24.05+
+    the base state PENDING says so at once; before, accounting does. Either way the run that
+    ended is journalled REQUEUED under its own restart count and is not requeued again."""
+    cluster.root_record("node2", xid79("node2"))
+    cluster.door.requeue_after_prolog_failure(JOB, shows_base_state=shows_base_state)
+    ending = Ending(JOB, 1, NODES, USER, 0, 0, time.time())
+    decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    assert ("accounted_job" in cluster.door.methods()) is not shows_base_state
+    assert "requeue" not in cluster.door.methods()
+    assert cluster.row(0).state == "REQUEUED"

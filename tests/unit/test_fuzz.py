@@ -14,11 +14,12 @@ from slurm_triage.attribution import decode_tail, parse_kernel_lines, read_tail,
 from slurm_triage.config import ConfigError, config_from_mapping, read_toml
 from slurm_triage.health_checks.mounts import parse_mountinfo
 from slurm_triage.hostlist import HostlistError, expand
-from slurm_triage.slurm.errors import SlurmOutputError
+from slurm_triage.slurm.errors import JobNotFound, SlurmOutputError
 from slurm_triage.slurm.parse import (
     parse_key_values,
     parse_sacct_job,
     parse_scontrol_job,
+    parse_scontrol_job_json,
     parse_scontrol_nodes_json,
     parse_sinfo_json,
 )
@@ -33,6 +34,9 @@ SCONTROL = (FIXTURES / "slurm" / "scontrol_show_job_running.txt").read_text()
 SACCT = (FIXTURES / "slurm" / "sacct_failed_exit5.txt").read_text()
 SINFO = (FIXTURES / "slurm" / "sinfo.json").read_text()
 SCONTROL_25 = (FIXTURES / "slurm" / "25.11" / "scontrol_show_job_pending_user_text.txt").read_text()
+JOB_JSON_25 = (
+    FIXTURES / "slurm" / "25.11" / "scontrol_json_show_job_running_forged.json"
+).read_text()
 NODES_25 = (FIXTURES / "slurm" / "25.11" / "scontrol_show_node_draining_allocated.json").read_text()
 
 
@@ -77,12 +81,15 @@ def test_sinfo_parser_only_raises_ours(data: st.DataObject) -> None:
 @FAST
 @given(st.data())
 def test_25_11_parsers_only_raise_ours(data: st.DataObject) -> None:
-    """Mutated 25.11 `scontrol --json show node` and `scontrol show job` output parses or
-    raises SlurmOutputError."""
+    """Mutated 25.11 `scontrol --json show node`, `scontrol show job` and `scontrol --json
+    show job` output parses or raises SlurmOutputError."""
     with contextlib.suppress(SlurmOutputError):
         parse_scontrol_nodes_json(_mutate(NODES_25, data))
     with contextlib.suppress(SlurmOutputError):
         parse_scontrol_job(_mutate(SCONTROL_25, data), 10)
+    # JobNotFound too: a mutated job id is another job.
+    with contextlib.suppress(SlurmOutputError, JobNotFound):
+        parse_scontrol_job_json(_mutate(JOB_JSON_25, data), 3)
 
 
 @FAST

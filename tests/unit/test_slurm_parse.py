@@ -8,7 +8,7 @@ import json
 import pytest
 
 from slurm_triage.slurm import parse
-from slurm_triage.slurm.errors import SlurmOutputError
+from slurm_triage.slurm.errors import JobNotFound, SlurmOutputError
 from slurm_triage.slurm.model import JobState
 from slurm_triage.slurm.parse import (
     SACCT_DELIMITER,
@@ -523,3 +523,87 @@ def test_a_job_slurm_requeued_itself_is_still_a_batch_job() -> None:
     text = (V25 / "scontrol_show_job_requeued_by_slurm_batchflag2.txt").read_text()
     assert "BatchFlag=2" in text
     assert parse.parse_scontrol_job(text, 131).batch is True
+
+
+# -- `scontrol --json show job` (24.05+) ------------------------------------------------------
+
+
+def _json_job(name: str) -> str:
+    return (V25 / f"scontrol_json_show_job_{name}.json").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "job_id", "shown", "base", "exit_code", "restarts"),
+    [
+        ("completing_completed", 4, JobState.COMPLETING, JobState.COMPLETED, (0, 0), 0),
+        ("completing_failed_exit3", 6, JobState.COMPLETING, JobState.FAILED, (3, 0), 0),
+        ("completing_cancelled", 5, JobState.COMPLETING, JobState.CANCELLED, (0, 15), 0),
+        # Slurm requeued it itself (its Prolog failed): PENDING under COMPLETING, already the
+        # next run's restart count, and 25.11's 0:54 (sacct shows the same for that run).
+        ("completing_requeued_by_slurm", 8, JobState.COMPLETING, JobState.PENDING, (0, 54), 1),
+    ],
+)  # fmt: skip
+def test_json_job_keeps_the_state_under_completing(
+    name: str,
+    job_id: int,
+    shown: JobState,
+    base: JobState,
+    exit_code: tuple[int, int],
+    restarts: int,
+) -> None:
+    """Recorded on 25.11 while EpilogSlurmctld ran: the text form says COMPLETING for all
+    four; JSON also says how the run ended, which spares the decision a wait for sacct."""
+    job = parse.parse_scontrol_job_json(_json_job(name), job_id)
+    assert (job.state, job.base_state) == (shown, base)
+    assert ((job.exit_code, job.exit_signal), job.restart_count) == (exit_code, restarts)
+    assert (job.user, job.uid, job.partition, job.batch, job.requeue) == (
+        "triage-job",
+        999,
+        "gpu",
+        True,
+        True,
+    )
+    assert job.std_out == f"/tmp/exp/o.{job_id}" and job.std_err == job.std_out
+    assert job.num_nodes == 1 and job.start_time
+    # `-t` unset with a partition limit: {"set": false, "infinite": true} is UNLIMITED.
+    assert job.time_limit_min in (None, 525600)
+
+
+def test_json_job_user_text_is_only_user_text() -> None:
+    """A name `evil\\n   StdOut=/etc/shadow` and a comment `x\\n   JobState=COMPLETED` (the
+    text form refuses such a record) are plain strings in JSON: the output path is Slurm's
+    expanded one; the expedite flag is read from the job's flags."""
+    job = parse.parse_scontrol_job_json(_json_job("running_forged"), 3)
+    assert (job.state, job.base_state, job.expedited_requeue) == (
+        JobState.RUNNING,
+        JobState.RUNNING,
+        True,
+    )
+    assert job.std_out == "/tmp/exp/o.3" and job.comment == "x\n   JobState=COMPLETED"
+    assert job.nodes == ("node1", "node2") and job.batch_host == "node1"
+
+
+def test_json_job_absent_is_job_not_found_and_junk_is_refused() -> None:
+    """25.11 answers an unknown id with rc 0 and no jobs: JobNotFound (the door then asks
+    accounting). A document of another shape is a SlurmOutputError, never a traceback."""
+    with pytest.raises(JobNotFound):
+        parse.parse_scontrol_job_json(_json_job("completing_completed"), 99)
+    for junk in ('{"jobs": {}}', "[]", "not json", '{"jobs": [{"job_id": 4, "job_state": 7}]}'):
+        with pytest.raises(SlurmOutputError):
+            parse.parse_scontrol_job_json(junk, 4)
+    raw = json.loads(_json_job("completing_completed"))
+    raw["jobs"][0]["nodes"] = ["node1"]
+    with pytest.raises(SlurmOutputError, match="unexpected shape"):
+        parse.parse_scontrol_job_json(json.dumps(raw), 4)
+
+
+def test_json_job_numbers_of_every_shape() -> None:
+    """Counts as plain ints or {"set", "infinite", "number"}; an infinite time limit is
+    UNLIMITED (None), an unset one is None too."""
+    raw = json.loads(_json_job("completing_completed"))
+    job = raw["jobs"][0]
+    job["time_limit"] = {"set": True, "infinite": True, "number": 0}
+    job["node_count"] = 3
+    job["exit_code"] = {"status": ["SIGNALED"], "return_code": 0, "signal": {"id": 9}}
+    parsed = parse.parse_scontrol_job_json(json.dumps(raw), 4)
+    assert (parsed.time_limit_min, parsed.num_nodes, parsed.exit_signal) == (None, 3, 9)
