@@ -20,7 +20,7 @@ endif
 # once; offline, point PIP_FIND_LINKS at a folder holding it and set PIP_NO_INDEX=1.
 NVML_OLDEST := 12.535.77
 NVML_OLDEST_DIR := build/nvidia-ml-py-$(NVML_OLDEST)
-NVML_TESTS := tests/unit/test_nvml_bindings.py tests/unit/test_simulate.py
+NVML_TESTS := tests/unit/test_nvml_bindings.py tests/unit/test_simulate.py tests/unit/test_gpu_ids.py
 
 .PHONY: venv test test-unit test-integration test-nvml-oldest demo bench check clean
 

@@ -92,6 +92,9 @@ class HealthConfig:
     nvml: Literal["real", "simulated"] = "real"
     simulate_root: str = "/var/lib/slurm-triage/simulate"
     expected_gpus: int = field(default=8, metadata=_range(0, 64))
+    # How Slurm numbers GPUs in SLURM_JOB_GPUS / SLURM_STEP_GPUS (slurm_triage/gpu_ids.py):
+    # "pci_bus" with gres.conf AutoDetect=nvml, "minor_number" with File=/dev/nvidia[...] lines.
+    slurm_gpu_order: Literal["pci_bus", "minor_number"] = "pci_bus"
     kernel_log: str = "/dev/kmsg"
     # XIDs and MCE/EDAC lines count when younger than this (the taxonomy's 10 min window).
     kernel_window_s: float = field(default=600.0, metadata=_range(1, 86400 * 7))

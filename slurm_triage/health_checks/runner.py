@@ -72,13 +72,15 @@ def expand(path: str, node: str) -> str:
 
 
 def nvml_module(config: HealthConfig, node: str) -> Any:
-    """The real pynvml, or the simulated estate's stand-in for this node."""
+    """The real pynvml, or the simulated estate's stand-in for this node (and this process's
+    simulated device cgroup, $SLURM_TRIAGE_SIMULATE_CGROUP_GPUS: the /dev/nvidiaN minor
+    numbers it allows, as Slurm's ConstrainDevices would)."""
     if config.nvml == "simulated":
-        from slurm_triage.simulate.estate import NodeEstate
+        from slurm_triage.simulate.estate import NodeEstate, cgroup_minors
         from slurm_triage.simulate.fake_pynvml import FakeNvml
 
         estate = NodeEstate(Path(expand(config.simulate_root, node)), node)
-        return FakeNvml(estate.nvml_state)
+        return FakeNvml(estate.nvml_state, allowed_minors=cgroup_minors(os.environ))
     import pynvml
 
     return pynvml

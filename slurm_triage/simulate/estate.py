@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,6 +90,19 @@ FAULTS = (
 
 class InjectError(TriageError):
     """A fault that cannot be injected as asked."""
+
+
+CGROUP_ENV = "SLURM_TRIAGE_SIMULATE_CGROUP_GPUS"
+
+
+def cgroup_minors(env: Mapping[str, str]) -> frozenset[int] | None:
+    """The device cgroup a simulated process runs in: the minor numbers of the /dev/nvidiaN
+    it may open ($SLURM_TRIAGE_SIMULATE_CGROUP_GPUS="4,5"); None: not constrained."""
+    value = env.get(CGROUP_ENV)
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    return frozenset(int(p) for p in parts if p.isdigit())
 
 
 def _gpu_state(index: int, board: str = "sxm") -> dict[str, Any]:

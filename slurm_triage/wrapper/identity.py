@@ -20,8 +20,6 @@ _JOB_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")
 _STEP_VARS = ("SLURM_STEP_ID", "SLURM_STEPID")
 # Per-step counts first: a step may run fewer tasks per node than its job asked for.
 _TASKS_PER_NODE_VARS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-# Host indices first: under ConstrainDevices CUDA_VISIBLE_DEVICES is renumbered from 0.
-_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_+-]")
 _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 MAX_PART_CHARS = 64
@@ -94,24 +92,6 @@ def expand_counts(text: str) -> list[int]:
             return []
         out.extend([int(match.group(1))] * repeat)
     return out
-
-
-def step_gpus(env: Mapping[str, str]) -> tuple[int, ...] | None:
-    """NVML indices of this step's GPUs; None means "not known": watch every GPU.
-
-    SLURM_STEP_GPUS / SLURM_JOB_GPUS hold host indices (gres.conf order, normally the
-    NVML/PCI order); CUDA_VISIBLE_DEVICES is the last resort: it uses CUDA's order, and
-    under cgroup device constraint it is renumbered from 0. UUIDs are not resolved.
-    """
-    for var in _GPU_VARS:
-        value = env.get(var, "").strip()
-        if not value:
-            continue
-        parts = [p.strip() for p in value.split(",") if p.strip()]
-        if parts and all(p.isdigit() for p in parts):
-            return tuple(dict.fromkeys(int(p) for p in parts))
-        return None
-    return None
 
 
 def safe_part(text: str) -> str:

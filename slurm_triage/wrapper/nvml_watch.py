@@ -6,6 +6,10 @@ nvmlEventSetWait (ctypes releases the GIL), wakes every `poll_ms` to check for a
 on stop drains what is already queued. It never affects the child: an NVML that cannot
 start (no driver, a CPU-only node) is one log line, and the watcher ends.
 
+Which GPUs are the step's is gpu_ids.py's call: inside a device cgroup NVML numbers the
+step's GPUs from 0, so Slurm's global ids are matched to NVML devices by PCI bus id or minor
+number, never used as NVML indices. Facts name GPUs by Slurm's global id.
+
 The facts it produces are user-collected (the wrapper runs as the job's user), so they can
 requeue the job and exclude a node, never drain one (TAXONOMY.md rule 3).
 """
@@ -16,10 +20,11 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from slurm_triage.evidence import NvmlCondition, NvmlFact, Source
+from slurm_triage.gpu_ids import GpuOrder, NvmlDevice, canonical_bus_id, job_devices
 from slurm_triage.logs import get_logger
 
 MAX_FACTS = 100
@@ -30,7 +35,10 @@ _NOT_SUPPORTED = 3
 
 
 class NvmlWatcher(threading.Thread):
-    """Collects `NvmlFact`s for XID / double-bit ECC / GPU-lost events until stopped."""
+    """Collects `NvmlFact`s for XID / double-bit ECC / GPU-lost events until stopped.
+
+    `gpus` are Slurm's global ids of the step's GPUs (None: every GPU NVML shows);
+    `host_bus_ids` reads the host's NVIDIA GPUs from sysfs (it runs in the thread)."""
 
     def __init__(
         self,
@@ -39,12 +47,16 @@ class NvmlWatcher(threading.Thread):
         gpus: tuple[int, ...] | None,
         *,
         gpus_expected: bool,
+        host_bus_ids: Callable[[], Sequence[str]] = tuple,
+        order: GpuOrder = "pci_bus",
         poll_ms: int = POLL_MS,
         block_signals: tuple[int, ...] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(name="slurm-triage-nvml", daemon=True)
         self._load, self._node, self._gpus = load, node, gpus
+        self._host_bus_ids, self._order = host_bus_ids, order
+        self._labels: dict[int, str | None] = {}  # NVML index -> the GPU's name in facts
         self._expected = gpus_expected
         self._poll_ms = poll_ms
         self._block = block_signals
@@ -102,21 +114,58 @@ class NvmlWatcher(threading.Thread):
             | nvml.nvmlEventTypeDoubleBitEccError
             | getattr(nvml, "nvmlEventTypeGpuUnavailableError", 0)
         )
-        indices = self._gpus if self._gpus is not None else range(nvml.nvmlDeviceGetCount())
-        handles: dict[int, Any] = {}
-        for index in indices:
+        devices, handles, lost = self._devices(nvml)
+        try:
+            host = tuple(self._host_bus_ids())
+        except OSError:
+            host = ()
+        chosen = job_devices(self._gpus, devices, host, self._order)
+        bus = {d.index: d.bus_id for d in devices}
+        registered: dict[int, Any] = {}
+        for index, slurm_id in sorted(chosen.items()):
+            self._labels[index] = str(slurm_id) if slurm_id is not None else bus.get(index)
+            if index in lost:
+                self._add(NvmlCondition.GPU_LOST, index, None, "GPU lost at wrapper start")
+                continue
             try:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                mask = nvml.nvmlDeviceGetSupportedEventTypes(handle) & wanted
+                mask = nvml.nvmlDeviceGetSupportedEventTypes(handles[index]) & wanted
                 if mask:
-                    nvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
-                    handles[index] = handle
+                    nvml.nvmlDeviceRegisterEvents(handles[index], mask, event_set)
+                    registered[index] = handles[index]
             except nvml.NVMLError as exc:
                 if _code(exc) == _LOST:
                     self._add(NvmlCondition.GPU_LOST, index, None, "GPU lost at wrapper start")
                 elif _code(exc) != _NOT_SUPPORTED:
                     self._log.debug("nvml_register_failed", gpu=index, error=_describe(exc))
-        return handles
+        if self._gpus is not None and len(chosen) < len(self._gpus):
+            self._log.warning(
+                "nvml_step_gpus_unmatched",
+                step_gpus=list(self._gpus),
+                matched=sorted(s for s in chosen.values() if s is not None),
+                nvml_devices=len(devices),
+            )
+        return registered
+
+    def _devices(self, nvml: Any) -> tuple[list[NvmlDevice], dict[int, Any], set[int]]:
+        """Every GPU NVML shows this process, with what identifies it on the host."""
+        devices: list[NvmlDevice] = []
+        handles: dict[int, Any] = {}
+        lost: set[int] = set()
+        for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                bus_id = canonical_bus_id(nvml.nvmlDeviceGetPciInfo(handle).busId)
+                minor = _quiet_value(nvml.nvmlDeviceGetMinorNumber, handle)
+            except nvml.NVMLError as exc:
+                if _code(exc) == _LOST:
+                    lost.add(index)
+                    devices.append(NvmlDevice(index))
+                else:
+                    self._log.debug("nvml_device_unreadable", gpu=index, error=_describe(exc))
+                continue
+            handles[index] = handle
+            devices.append(NvmlDevice(index, bus_id, minor))
+        return devices, handles, lost
 
     def _wait(self, nvml: Any, event_set: Any, timeout_ms: int) -> bool | None:
         """True: an event was recorded; False: nothing came; None: NVML failed, stop."""
@@ -143,7 +192,9 @@ class NvmlWatcher(threading.Thread):
         else:
             self._add(NvmlCondition.GPU_LOST, index, data, f"NVML event type {kind:#x}")
 
-    def _add(self, condition: NvmlCondition, gpu: int | None, value: int | None, why: str) -> None:
+    def _add(
+        self, condition: NvmlCondition, index: int | None, value: int | None, why: str
+    ) -> None:
         if len(self.facts) >= MAX_FACTS:
             self.dropped += 1  # a flapping GPU must not grow the record without bound
             return
@@ -153,7 +204,7 @@ class NvmlWatcher(threading.Thread):
                 time=self._clock(),
                 source=Source.USER,
                 condition=condition,
-                gpu=None if gpu is None else str(gpu),
+                gpu=None if index is None else self._labels.get(index, f"nvml{index}"),
                 value=value,
                 detail=why,
             )
@@ -161,12 +212,18 @@ class NvmlWatcher(threading.Thread):
 
 
 def _device_index(nvml: Any, device: Any) -> int | None:
-    """The NVML index of an event's device; the simulated estate's handles carry it."""
+    """The NVML index (in this process) of an event's device."""
     try:
         return int(nvml.nvmlDeviceGetIndex(device))
     except Exception:
-        index = getattr(device, "index", None)
-        return index if isinstance(index, int) else None
+        return None
+
+
+def _quiet_value(func: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return func(*args)
+    except Exception:
+        return None
 
 
 def _code(exc: BaseException) -> int | None:

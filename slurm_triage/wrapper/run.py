@@ -21,7 +21,7 @@ from slurm_triage.evidence import NvmlCondition, NvmlFact, Source, Stall
 from slurm_triage.logs import get_logger
 from slurm_triage.wrapper.errorfile import ErrorFileError, ErrorReport, read_error_file
 from slurm_triage.wrapper.files import Scratch, open_tees
-from slurm_triage.wrapper.identity import StepIdentity, identity_from_env, step_gpus
+from slurm_triage.wrapper.identity import StepIdentity, identity_from_env
 from slurm_triage.wrapper.nvml_watch import NvmlWatcher
 from slurm_triage.wrapper.output import Pump, TailBuffer, make_pipe
 from slurm_triage.wrapper.stepd import stepd_delivers_to_child
@@ -290,13 +290,16 @@ def _start_nvml(
 ) -> NvmlWatcher | None:
     if not options.watch_nvml:
         return None
-    gpus = step_gpus(env)
+    from slurm_triage.gpu_ids import slurm_gpu_ids
+
+    gpus = slurm_gpu_ids(env)  # Slurm's global ids, not NVML indices (gpu_ids.py)
     try:
         # Imported here, in the main thread: imports racing between threads can meet a
         # partially initialised module when packages import each other.
-        from slurm_triage.health_checks.runner import nvml_module
+        from slurm_triage.health_checks.runner import expand, nvml_module, read_pci_gpus
 
         nvml = nvml_module(options.health, identity.node)
+        sysfs = expand(options.health.sysfs_root, identity.node)
     except Exception as exc:
         get_logger(component="wrapper.nvml").warning("nvml_unavailable", error=_describe(exc))
         return None
@@ -305,6 +308,8 @@ def _start_nvml(
         identity.node,
         gpus,
         gpus_expected=gpus is not None,
+        host_bus_ids=lambda: read_pci_gpus(sysfs),
+        order=options.health.slurm_gpu_order,
         block_signals=MAIN_THREAD_SIGNALS,
     )
     watcher.start()

@@ -25,7 +25,6 @@ from slurm_triage.wrapper.identity import (
     StepIdentity,
     expand_counts,
     identity_from_env,
-    step_gpus,
 )
 from slurm_triage.wrapper.record import RecordError, RunOutcome, build_facts, write_record
 from slurm_triage.wrapper.report import conclude, summary_line
@@ -86,14 +85,6 @@ def test_step_tasks_per_node_beats_the_jobs() -> None:
 def test_expand_counts(text: str, counts: list[int]) -> None:
     """Slurm's compressed counts expand; anything unreadable or absurd is []."""
     assert expand_counts(text) == counts
-
-
-def test_step_gpus_prefers_host_indices() -> None:
-    """SLURM_STEP_GPUS wins over CUDA_VISIBLE_DEVICES; UUIDs or nothing mean "all GPUs"."""
-    assert step_gpus({"SLURM_STEP_GPUS": "4,5", "CUDA_VISIBLE_DEVICES": "0,1"}) == (4, 5)
-    assert step_gpus({"CUDA_VISIBLE_DEVICES": "1,0,1"}) == (1, 0)
-    assert step_gpus({"CUDA_VISIBLE_DEVICES": "GPU-5e1a0000-aaaa"}) is None
-    assert step_gpus({}) is None
 
 
 def test_error_file_first_writer_wins(tmp_path: Path) -> None:

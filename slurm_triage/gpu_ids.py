@@ -1,0 +1,111 @@
+"""Which of the GPUs NVML shows a process are a job's: Slurm's GPU ids matched to devices.
+
+SLURM_STEP_GPUS (srun steps) and SLURM_JOB_GPUS (Prolog, Epilog, batch step) hold Slurm's
+global GPU ids, "not relative to any device cgroup" (srun(1)). NVML inside a job whose
+devices Slurm constrains (cgroup.conf `ConstrainDevices=yes`) opens only the job's
+`/dev/nvidiaN` and numbers what it sees from 0, in PCI bus order: there a global id is not
+an NVML index (a job on GPUs 4-7 has NVML indices 0-3; one on 2-3 would watch the host's
+GPUs 6-7 as its "2" and "3"). A device's PCI bus id and minor number are the same inside
+and outside the cgroup, so the match goes through them, as `health.slurm_gpu_order` says
+Slurm numbers GPUs:
+
+- "pci_bus" (gres.conf `AutoDetect=nvml`, the default): Slurm sorts GPUs in NVML's
+  enumeration order, which is PCI bus order (src/plugins/gres/gpu/gres_gpu.c sorts by the
+  links matrix, "a stand-in for PCI bus ID order"), so id i is the host's i-th NVIDIA GPU
+  in PCI bus order, read from sysfs, which a device cgroup does not hide.
+- "minor_number" (gres.conf `File=/dev/nvidia[0-7]` without AutoDetect): Slurm's index
+  follows the device files, so id i is `/dev/nvidia<i>`. The two orders differ on some
+  hosts (PrincetonUniversity/jobstats#34).
+
+Pure: the callers read sysfs and NVML.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+GpuOrder = Literal["pci_bus", "minor_number"]
+# The step's own GPUs first; a batch step only has the job's.
+SLURM_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
+_BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+MAX_GPU_ID = 1023  # Slurm's gres bitmaps are small; larger numbers are not GPU ids
+
+
+@dataclass(frozen=True)
+class NvmlDevice:
+    """One GPU as NVML shows it to this process; None where NVML could not say (lost)."""
+
+    index: int
+    bus_id: str | None = None  # canonical_bus_id form
+    minor: int | None = None
+
+
+def slurm_gpu_ids(
+    env: Mapping[str, str], names: Sequence[str] = SLURM_GPU_VARS
+) -> tuple[int, ...] | None:
+    """Slurm's global GPU ids from the first of `names` that is set; None: not known.
+
+    A value that is not a list of small numbers (a site's UUIDs, garbage) is "not known"."""
+    for name in names:
+        value = env.get(name, "").strip()
+        if not value:
+            continue
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if parts and all(p.isdigit() and int(p) <= MAX_GPU_ID for p in parts):
+            return tuple(dict.fromkeys(int(p) for p in parts))
+        return None
+    return None
+
+
+def canonical_bus_id(text: str | bytes | None) -> str | None:
+    """`00000000:5D:00.0` (NVML), `0000:5d:00.0` (sysfs) or `5d:00.0` -> `0000:5d:00.0`."""
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    match = _BUS_ID.match(text.strip())
+    if match is None:
+        return None
+    domain, bus, device, function = match.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
+
+
+def slurm_id(device: NvmlDevice, host_bus_ids: Sequence[str], order: GpuOrder) -> int | None:
+    """The Slurm global id of `device`, or None when what it takes is unknown."""
+    if order == "minor_number":
+        return device.minor
+    host = sorted(b for b in (canonical_bus_id(h) for h in host_bus_ids) if b is not None)
+    if device.bus_id is None or device.bus_id not in host:
+        return None
+    return host.index(device.bus_id)
+
+
+def job_devices(
+    ids: tuple[int, ...] | None,
+    devices: Sequence[NvmlDevice],
+    host_bus_ids: Sequence[str],
+    order: GpuOrder,
+) -> dict[int, int | None]:
+    """NVML index -> Slurm id of each device among `devices` that is one of the job's GPUs
+    (`ids`; None: every device, the job's ids unknown). A device whose id cannot be told
+    (sysfs unreadable, a lost GPU) counts only when the count shows it must be the job's."""
+    named = {d.index: slurm_id(d, host_bus_ids, order) for d in devices}
+    if ids is None:
+        return named
+    wanted = set(ids)
+    chosen: dict[int, int | None] = {i: sid for i, sid in named.items() if sid in wanted}
+    unnamed = sorted(i for i, sid in named.items() if sid is None)
+    if not unnamed:
+        return chosen
+    missing = sorted(wanted - set(chosen.values()))
+    if len(devices) == len(ids):
+        # NVML shows exactly as many GPUs as the job has: the device cgroup's view. Both
+        # NVML and Slurm ("pci_bus") count in PCI bus order, so position names the rest.
+        return {**chosen, **dict(zip(unnamed, missing, strict=False))}
+    if order == "pci_bus" and not chosen and len(devices) > max(ids):
+        # The whole node is visible and sysfs said nothing: NVML's index is Slurm's id.
+        return {i: i for i in ids if i < len(devices)}
+    return chosen
