@@ -1,16 +1,11 @@
 """Parse kernel-log lines into `KernelEvent` facts: XIDs, lost GPUs, GSP timeouts, AER, MCE,
 OOM kills, HCA faults, hung filesystems, and NHC's own failures.
 
-Reads the forms a node keeps its kernel log in:
-- dmesg `[  123.456789] NVRM: ...` (also `dmesg -x` `kern  :err   : [...] ...` and a printk
-  caller id `[T1234]`/`[C3]` after the stamp) and `/dev/kmsg` `6,1234,5678901,-;NVRM: ...`
-  (also `...,-,caller=T1234;...`): monotonic time since boot, converted only when `boot_time`
-  is given (else the fact has no time);
-- `dmesg -T` `[Thu Nov 21 10:00:00 2024] ...`;
-- syslog/journalctl `Nov 21 10:00:00 host kernel: ...` (no year: `year` supplies it) and
-  RFC 3339 `2024-11-21T10:00:00.123456+00:00 host kernel: ...`. In these only lines tagged
-  `kernel` count, so a user's `logger "NVRM: Xid ..."` is not a hardware event; NHC's own
-  `Health check failed:` lines are read under its tag `nhc` (and only those).
+Reads every form a node keeps its kernel log in (kmsg, dmesg and its time formats, syslog,
+journalctl's short forms, RFC 3339): `kernel_lines` splits the prefix off and tells the time
+and whether the kernel wrote the line. In tagged forms only the kernel's own lines count, so
+a user's `logger "NVRM: Xid ..."` is not a hardware event; NHC's own `Health check failed:`
+lines are read under its tag `nhc` (and only those).
 XIDs in all three driver formats: old `NVRM: Xid (0000:03:00): 14, ...`, `PCI:` and MIG
 `(PCI:0000:01:00 GPU-I:05)`. PCI addresses are normalised to lower-case `dddd:bb:dd`.
 
@@ -36,42 +31,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
+from slurm_triage.attribution.kernel_lines import KernelLine, split_line
 from slurm_triage.attribution.logscan import DEFAULT_TAIL_BYTES, decode_tail, read_tail
 from slurm_triage.evidence import KernelEvent, KernelEventKind, Source
 
 _K = KernelEventKind
-_MONTHS = {
-    m: i
-    for i, m in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
-    )
-}
-# --- line prefixes -------------------------------------------------------------------------
-_KMSG = re.compile(r"^(\d+),\d+,(\d+),[^;]*;(.*)$")
-_FACILITY = r"(?:(?P<fac>[a-z0-9]+) *:[a-z]+ *: )?"  # dmesg -x: `kern  :err   : `
-_CALLER = r"(?:\s*\[\s*[TC]\d+\])?"  # CONFIG_PRINTK_CALLER: `[T1234]`, `[    C3]`
-_DMESG = re.compile(rf"^{_FACILITY}(?P<stamp>\[\s*(?P<s>\d+\.\d+)\]){_CALLER}\s?(?P<msg>.*)$")
-_DMESG_T = re.compile(
-    rf"^{_FACILITY}(?P<stamp>\[(?:\w{{3}} )?(?P<mon>\w{{3}}) +(?P<day>\d{{1,2}}) "
-    rf"(?P<h>\d\d):(?P<mi>\d\d):(?P<sec>\d\d) (?P<yr>\d{{4}})\]){_CALLER}\s?(?P<msg>.*)$"
-)
-# dmesg -H/--reltime: `[Dec22 03:19]` heads a minute, `[  +0.000001]` is a delta: no time.
-_DMESG_REL = re.compile(
-    rf"^{_FACILITY}(?P<stamp>\[(?:\s*[+-]\d+\.\d+|\w{{3}} ?\d{{1,2}} \d\d:\d\d)\]){_CALLER}"
-    r"\s?(?P<msg>.*)$"
-)
-_INNER_DMESG = re.compile(rf"^(\[\s*\d+\.\d+\]){_CALLER}\s?(.*)$")
-_SYSLOG = re.compile(
-    r"^(\w{3}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\S+) ([^:\[\s]+)(?:\[\d+\])?: ?(.*)$"
-)
-_ISO = re.compile(
-    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)(Z|[+-]\d\d:?\d\d)? "
-    r"(\S+) ([^:\[\s]+)(?:\[\d+\])?: ?(.*)$"
-)
 _NHC_TAGS = re.compile(r"^(?:nhc|NHC)(?:\(.*\))?$")
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 
@@ -197,51 +166,6 @@ MAX_EVENTS = 500
 _REPEAT_S = 60.0  # the same non-XID event on the same device within this is one event
 
 
-@dataclass(frozen=True)
-class KernelLine:
-    """A kernel-log line split into its time (if absolute), host (if named) and message.
-
-    `tag` is the syslog tag (None outside syslog forms); `stamp` the prefix's own text, which
-    the lines of one multi-line record share; `prefixed` False for a line with no prefix."""
-
-    time: float | None
-    host: str | None
-    message: str
-    kernel: bool = True
-    tag: str | None = None
-    stamp: str | None = None
-    prefixed: bool = True
-
-
-def split_line(line: str, *, year: int, tz: tzinfo | None, boot_time: float | None) -> KernelLine:
-    """Recognise the line's prefix; a line with none is taken as a bare kernel message."""
-    if found := _KMSG.match(line):
-        # Userspace writing to /dev/kmsg cannot use facility 0 (kern): only the kernel can.
-        kernel = int(found.group(1)) >> 3 == 0
-        when = _since_boot(int(found.group(2)) / 1e6, boot_time)
-        return KernelLine(when, None, found.group(3), kernel)
-    if found := _DMESG.match(line):
-        kernel = found.group("fac") in (None, "kern")
-        when = _since_boot(float(found.group("s")), boot_time)
-        return KernelLine(when, None, found.group("msg"), kernel, stamp=found.group("stamp"))
-    if found := _DMESG_T.match(line):
-        g = found.group
-        when = _wall(int(g("yr")), g("mon"), g("day"), g("h"), g("mi"), g("sec"), tz)
-        kernel = g("fac") in (None, "kern")
-        return KernelLine(when, None, g("msg"), kernel, stamp=g("stamp"))
-    if found := _DMESG_REL.match(line):
-        kernel = found.group("fac") in (None, "kern")
-        return KernelLine(None, None, found.group("msg"), kernel, stamp=found.group("stamp"))
-    if found := _SYSLOG.match(line):
-        mon, day, h, mi, s, host, tag, msg = found.groups()
-        stamp = f"{mon} {day} {h}:{mi}:{s}"
-        return _tagged(_wall(year, mon, day, h, mi, s, tz), host, tag, msg, stamp)
-    if found := _ISO.match(line):
-        stamp, zone, host, tag, msg = found.groups()
-        return _tagged(_iso(stamp, zone, tz), host, tag, msg, stamp)
-    return KernelLine(None, None, line, prefixed=False)
-
-
 def parse_kernel_lines(
     lines: list[str],
     *,
@@ -253,14 +177,13 @@ def parse_kernel_lines(
 ) -> list[KernelEvent]:
     """Every recognised event in `lines`, in order; a syslog host names the node if `node`
     is None. Exact repeats (same event, GPU and time) are kept once, the same non-XID event on
-    one device within a minute once, one OOM kill (one pid) once; at most MAX_EVENTS."""
+    one device within a minute once, one OOM kill (one pid) once; at most the newest
+    MAX_EVENTS (a burst of hundreds of application XIDs must not hide the XID 79 after it)."""
     reader = _Reader(node, source)
     year = year or datetime.now(UTC).year
     for raw in lines:
-        if len(reader.events) >= MAX_EVENTS:
-            break
         reader.feed(split_line(raw, year=year, tz=tz, boot_time=boot_time))
-    return reader.events
+    return list(reader.events)
 
 
 def parse_kernel_file(
@@ -306,7 +229,7 @@ class _Reader:
 
     def __init__(self, node: str | None, source: Source) -> None:
         self.node, self.source = node, source
-        self.events: list[KernelEvent] = []
+        self.events: deque[KernelEvent] = deque(maxlen=MAX_EVENTS)
         self.seen: set[tuple[object, ...]] = set()
         self.last_at: dict[tuple[object, ...], float] = {}
         self.last_bdf: str | None = None
@@ -404,8 +327,6 @@ class _Reader:
         when: float | None,
         where: str | None,
     ) -> None:
-        if len(self.events) >= MAX_EVENTS:
-            return
         if key is not None:  # one OOM kill is one event, however many lines tell it
             ident: tuple[object, ...] = (kind, key, where)
             if ident in self.seen:
@@ -482,37 +403,3 @@ def _fs_frame(symbol: str, module: str | None) -> bool:
     if _FS_SYMBOL.match(symbol) or (module is not None and module in _FS_MODULES):
         return True
     return module is not None and _FS_MODULE_SYMBOL.match(symbol) is not None
-
-
-def _tagged(when: float | None, host: str, tag: str, msg: str, stamp: str) -> KernelLine:
-    # rsyslog often keeps the dmesg stamp inside the message: drop it, keep the wall time
-    # (and let it tell the lines of one record from the next record in the same second).
-    if found := _INNER_DMESG.match(msg):
-        stamp, msg = f"{stamp} {found.group(1)}", found.group(2)
-    return KernelLine(when, host, msg, kernel=tag == "kernel", tag=tag, stamp=stamp)
-
-
-def _since_boot(seconds: float, boot_time: float | None) -> float | None:
-    return None if boot_time is None else boot_time + seconds
-
-
-def _wall(
-    year: int, mon: str, day: str, h: str, mi: str, s: str, tz: tzinfo | None
-) -> float | None:
-    if mon not in _MONTHS:
-        return None
-    try:
-        moment = datetime(year, _MONTHS[mon], int(day), int(h), int(mi), int(s))
-    except ValueError:
-        return None
-    return moment.replace(tzinfo=tz).timestamp() if tz is not None else moment.timestamp()
-
-
-def _iso(stamp: str, zone: str | None, tz: tzinfo | None) -> float | None:
-    try:
-        moment = datetime.fromisoformat(stamp + (zone or ""))
-    except ValueError:
-        return None
-    if moment.tzinfo is None and tz is not None:
-        moment = moment.replace(tzinfo=tz)
-    return moment.timestamp()

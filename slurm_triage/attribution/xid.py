@@ -222,7 +222,10 @@ _RECOVERY = re.compile(
     r"^(?:pid=[^,]*, name=.*?, )?GPU recovery action changed from 0x[0-9a-fA-F]+ \([^)]*\) "
     r"to 0x(?P<code>[0-9a-fA-F]+) \((?P<name>[^)]*)\)"
 )
-# nvmlDeviceGpuRecoveryAction_t / NV2080_CTRL_GPU_RECOVERY_ACTION_*.
+# nvmlDeviceGpuRecoveryAction_t / NV2080_CTRL_GPU_RECOVERY_ACTION_*. Names 0-5 are the
+# driver's (gpu.c `_gpuRecoveryActionName`, 595.45.04); 6 and 7 exist in NVML 13
+# (NVML_GPU_RECOVERY_ACTION_BUS_RESET / _SYSTEM_REBOOT) before any driver prints them, so
+# they are named after NVML and also recognised by the words of their name.
 RECOVERY_ACTIONS: dict[int, tuple[str, NodeAction]] = {
     0: ("None", _NONE),
     1: ("GPU Reset Required", _DRESET),
@@ -230,8 +233,23 @@ RECOVERY_ACTIONS: dict[int, tuple[str, NodeAction]] = {
     3: ("Drain P2P", _DRESET),
     4: ("Drain and Reset", _DRESET),
     5: ("Recover IMEX Domain", _WATCH),
+    6: ("Bus Reset Required", _DRESET),
+    7: ("System Reboot Required", _DREBOOT),
 }
 _RECOVERY_BY_NAME = {name: action for name, action in RECOVERY_ACTIONS.values()}
+
+
+def _recovery_action(code: int, name: str) -> NodeAction:
+    """The node action of a recovery action the driver named; a code or name this catalogue
+    does not know still asks for a reboot or a reset when its name says so."""
+    if code in RECOVERY_ACTIONS:
+        return RECOVERY_ACTIONS[code][1]
+    if name in _RECOVERY_BY_NAME:
+        return _RECOVERY_BY_NAME[name]
+    words = name.lower()
+    if "reboot" in words:
+        return _DREBOOT
+    return _DRESET if "reset" in words else _WATCH
 
 
 def lookup(number: int, text: str = "") -> XidInfo:
@@ -252,12 +270,7 @@ def lookup(number: int, text: str = "") -> XidInfo:
             return replace(row, decisive=True, node_action=_DRESET, precedence=60)
         return row
     if number == 154 and (found := _RECOVERY.match(text)):
-        code = int(found.group("code"), 16)
-        action = (
-            RECOVERY_ACTIONS[code][1]
-            if code in RECOVERY_ACTIONS
-            else _RECOVERY_BY_NAME.get(found.group("name"), _WATCH)
-        )
+        action = _recovery_action(int(found.group("code"), 16), found.group("name"))
         decisive = action in (_DRESET, _DREBOOT)
         return replace(row, node_action=action, decisive=decisive)
     return row

@@ -2,27 +2,28 @@
 
 NVML events only report XIDs that happen while someone listens, so a prolog or cron check
 must read the kernel log (signatures.md §0.1). Reading is bounded (a tail of the file, a
-capped number of kmsg records); events older than `health.kernel_window_s` do not count.
+capped number of kmsg records); events older than `health.kernel_window_s` do not count, and
+neither do events without a date (attribution.kernel_lines says which forms have one) or
+lines the kernel did not write: such lines never drain a node.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from slurm_triage.attribution.kernel import parse_kernel_file, parse_kernel_lines
-from slurm_triage.attribution.xid import NodeAction, Origin, lookup
+from slurm_triage.attribution.xid import NodeAction, lookup
 from slurm_triage.config import HealthConfig
 from slurm_triage.evidence import KernelEvent, KernelEventKind
+from slurm_triage.health_checks import app_xids
 from slurm_triage.health_checks.result import Action, CheckResult, Severity, fail, ok, warn
 
 MAX_KMSG_RECORDS = 200_000
 TAIL_BYTES = 8 << 20
-_PID = re.compile(r"pid=(\d+)")
 _DRAIN_ACTIONS = {
     NodeAction.DRAIN_RESET: Action.RESET_GPU,
     NodeAction.DRAIN_REBOOT: Action.REBOOT,
@@ -36,7 +37,8 @@ def read_kernel_events(path: str, node: str | None) -> list[KernelEvent]:
     if os.path.basename(path) == "kmsg" and path.startswith("/dev/"):
         boot_time = time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)
         return parse_kernel_lines(_read_kmsg(path), node=node, boot_time=boot_time)
-    return parse_kernel_file(path, node=node, tail_bytes=TAIL_BYTES)
+    # A zone-less stamp in this node's own log is this node's local time.
+    return parse_kernel_file(path, node=node, tail_bytes=TAIL_BYTES, tz=None)
 
 
 def _read_kmsg(path: str) -> list[str]:
@@ -62,74 +64,117 @@ def _read_kmsg(path: str) -> list[str]:
 
 
 def _recent(events: Sequence[KernelEvent], now: float, window_s: float) -> list[KernelEvent]:
-    return [e for e in events if e.time is None or now - window_s <= e.time <= now + 300]
+    """Events dated within the window. A line without a time (dmesg's seconds since boot in a
+    file, a form with no wall clock, no prefix at all) could be from any day: it never
+    counts, or a single old line would drain the node on every run."""
+    return [e for e in events if e.time is not None and now - window_s <= e.time <= now + 300]
+
+
+def _undated_xids(events: Sequence[KernelEvent]) -> int:
+    kinds = (KernelEventKind.XID, KernelEventKind.FALLEN_OFF_BUS)
+    return sum(1 for e in events if e.time is None and e.event in kinds)
+
+
+# When several XIDs ask for different things, the node needs the most: a person before a
+# reboot before a reset (a reboot resets every GPU; a reset does not reboot).
+_RANK = {Action.RMA: 4, Action.REBOOT: 3, Action.DRAIN_NOW: 2, Action.RESET_GPU: 1}
+
+
+def _latest_recovery_only(events: Sequence[KernelEvent]) -> list[KernelEvent]:
+    """XID 154 reports a change of the GPU's recovery action: only each GPU's newest one is
+    its current state (a later 154 back to None means it recovered)."""
+    newest: dict[str | None, KernelEvent] = {}
+    for e in events:
+        if e.event is KernelEventKind.XID and e.xid == 154:
+            newest[e.pci_bus_id] = e
+    keep = set(map(id, newest.values()))
+    return [e for e in events if not (e.xid == 154 and id(e) not in keep)]
+
+
+def _node_fault(event: KernelEvent) -> CheckResult | None:
+    """The failure one fatal kernel event asks for, if it is one."""
+    name, bus = "gpu.xid", event.pci_bus_id or "?"
+    if event.event is KernelEventKind.FALLEN_OFF_BUS:
+        return fail(
+            name,
+            f"GPU {bus} fell off the bus",
+            Severity.HIGH,
+            Action.REBOOT,
+            pci_bus_id=bus,
+            line=event.detail,
+        )
+    if event.event is not KernelEventKind.XID or event.xid is None:
+        return None
+    info = lookup(event.xid, event.detail)
+    evidence = {"xid": event.xid, "pci_bus_id": bus, "meaning": info.meaning, "line": event.detail}
+    reason = f"XID {event.xid} GPU {bus} {info.meaning}"
+    if info.node_action in _DRAIN_ACTIONS:
+        return fail(name, reason, Severity.HIGH, _DRAIN_ACTIONS[info.node_action], **evidence)
+    if info.node_action is NodeAction.RESET_GPU:
+        return fail(name, reason, Severity.LOW, Action.RESET_GPU, **evidence)
+    if info.node_action is NodeAction.WATCH:
+        return warn(name, reason, **evidence)
+    return None
 
 
 def check_xid(
-    events: Sequence[KernelEvent], config: HealthConfig, now: float, **_: Any
+    events: Sequence[KernelEvent],
+    config: HealthConfig,
+    now: float,
+    app_xid_claims: Sequence[app_xids.Claim] = (),
+    **_: Any,
 ) -> CheckResult:
-    """XIDs in the window, judged by the XID catalogue: fatal ones fail the node, application
-    ones only when they repeat on one GPU across distinct processes."""
+    """XIDs in the window, judged by the XID catalogue: fatal ones fail the node (the one that
+    asks the most wins: reboot over reset), application ones only when they come from
+    `app_xid_repeats` distinct jobs on one GPU (app_xids). Undated lines only warn."""
     name = "gpu.xid"
-    recent = _recent(events, now, config.kernel_window_s)
-    app_pids: dict[str, set[str]] = {}
+    recent = _latest_recovery_only(_recent(events, now, config.kernel_window_s))
+    worst: CheckResult | None = None
     warning: CheckResult | None = None
-    for event in reversed(recent):  # newest first
-        bus = event.pci_bus_id or "?"
-        if event.event is KernelEventKind.FALLEN_OFF_BUS:
-            return fail(
-                name,
-                f"GPU {bus} fell off the bus",
-                Severity.HIGH,
-                Action.REBOOT,
-                pci_bus_id=bus,
-                line=event.detail,
-            )
-        if event.event is not KernelEventKind.XID or event.xid is None:
+    for event in reversed(recent):  # newest first: among equals the newest is reported
+        result = _node_fault(event)
+        if result is None:
             continue
-        info = lookup(event.xid, event.detail)
-        evidence = {
-            "xid": event.xid,
-            "pci_bus_id": bus,
-            "meaning": info.meaning,
-            "line": event.detail,
-        }
-        if info.node_action in _DRAIN_ACTIONS:
+        if not result.failed:
+            warning = warning or result
+        elif worst is None or _weight(result) > _weight(worst):
+            worst = result
+    if worst is not None:
+        return worst
+    gap_s = config.app_xid_burst_gap_s
+    found = app_xids.bursts(recent, gap_s)
+    for bus, faults in app_xids.faults_per_gpu(found, app_xid_claims, gap_s).items():
+        if len(faults) >= config.app_xid_repeats:
             return fail(
                 name,
-                f"XID {event.xid} GPU {bus} {info.meaning}",
-                Severity.HIGH,
-                _DRAIN_ACTIONS[info.node_action],
-                **evidence,
-            )
-        if info.node_action is NodeAction.RESET_GPU:
-            return fail(
-                name,
-                f"XID {event.xid} GPU {bus} {info.meaning}",
-                Severity.LOW,
-                Action.RESET_GPU,
-                **evidence,
-            )
-        if info.node_action is NodeAction.WATCH and warning is None:
-            warning = warn(name, f"XID {event.xid} GPU {bus} {info.meaning}", **evidence)
-        if info.origin is Origin.APP:
-            pid = _PID.search(event.detail)
-            app_pids.setdefault(bus, set()).add(pid.group(1) if pid else str(event.time))
-    for bus, pids in app_pids.items():
-        if len(pids) >= config.app_xid_repeats:
-            return fail(
-                name,
-                f"application XIDs on GPU {bus} from {len(pids)} processes",
+                f"application XIDs on GPU {bus} from {len(faults)} jobs",
                 Severity.LOW,
                 Action.DRAIN,
                 pci_bus_id=bus,
-                processes=len(pids),
+                faults=sorted(faults),
+                bursts=sum(1 for b in found if b.bus == bus),
             )
-    return warning or ok(
+    if warning is not None:
+        return warning
+    undated = _undated_xids(events)
+    if undated:
+        return warn(
+            name,
+            f"{undated} XID line(s) in the kernel log carry no date and are not judged "
+            "(use /dev/kmsg, dmesg -T/--time-format=iso or journal output)",
+            undated=undated,
+        )
+    return ok(
         name,
         f"no node-fatal XID in the last {config.kernel_window_s:g}s",
         xids_seen=len([e for e in recent if e.event is KernelEventKind.XID]),
+        app_xid_bursts=len(found),
     )
+
+
+def _weight(result: CheckResult) -> tuple[int, int]:
+    high = 1 if result.severity is Severity.HIGH else 0
+    return high, _RANK.get(result.action, 0)
 
 
 def host_hardware_errors(

@@ -20,7 +20,7 @@ from typing import Any
 
 from slurm_triage.config import Config, HealthConfig
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
-from slurm_triage.health_checks import gpu, infiniband, kernel_log, mounts
+from slurm_triage.health_checks import app_xids, gpu, infiniband, kernel_log, mounts
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.registry import CheckSpec
@@ -216,6 +216,10 @@ class Run:
             "previous": load_previous(self.config, self.node),
             "now": started_wall,
             "mode": self.mode,
+            # Which job each application-XID burst belongs to, as the Epilogs recorded it.
+            "app_xid_claims": app_xids.read_claims(
+                app_xids.ledger_path(self.config.paths.state_dir, self.node)
+            ),
         }
         results: list[CheckResult] = []
         stopped = False

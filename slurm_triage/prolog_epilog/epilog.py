@@ -23,12 +23,13 @@ from slurm_triage.evidence import (
     EvidenceRecord,
     Fact,
     HealthCheck,
+    KernelEvent,
     NvmlCondition,
     NvmlFact,
     Source,
     record_to_json,
 )
-from slurm_triage.health_checks import registry
+from slurm_triage.health_checks import app_xids, registry
 from slurm_triage.health_checks.kernel_log import read_kernel_events
 from slurm_triage.health_checks.result import CheckResult, Status
 from slurm_triage.health_checks.runner import FactError, FactSources, Run, expand
@@ -80,16 +81,20 @@ class JobEnd:
     uid: int
     failed: bool
     restart: int
+    # When this run started (SLURM_JOB_START_TIME, Slurm 23.02 on); None when not given.
+    started: float | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> JobEnd:
         code = env.get("SLURM_JOB_EXIT_CODE2", "0:0")
+        start = env.get("SLURM_JOB_START_TIME", "")
         return cls(
             job_id=int(env["SLURM_JOB_ID"]),
             node=env["SLURMD_NODENAME"],
             uid=int(env.get("SLURM_JOB_UID", "-1")),
             failed=code not in ("0:0", ""),
             restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0),
+            started=float(start) if start.isdigit() and int(start) > 0 else None,
         )
 
 
@@ -162,11 +167,17 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
     window = job_window(now)
     facts: list[Fact] = []
     log = get_logger(job_id=end.job_id, node=end.node)
+    events: list[KernelEvent] = []
     try:
         events = read_kernel_events(expand(config.health.kernel_log, end.node), end.node)
-        facts += [e for e in events if e.time is None or window.contains(e.time)]
+        # An undated line could be from any day: it is no evidence for this job's window.
+        facts += [e for e in events if e.time is not None and window.contains(e.time)]
     except Exception as exc:  # a missing or unreadable kernel log is not fatal here
         log.warning("epilog_kernel_log_unreadable", error=str(exc)[:200])
+    try:
+        claim_app_xids(config, end, events, now)
+    except Exception as exc:  # unclaimed bursts then count as the running job's, never drain
+        log.warning("epilog_app_xids_unclaimed", error=f"{type(exc).__name__}: {exc}"[:200])
     if config.health.expected_gpus:
         facts += nvml_facts(config, end.node, now)
     if end.failed:
@@ -188,6 +199,21 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
         collected_by=Source.ROOT,
         facts=tuple(facts),
     )
+
+
+def claim_app_xids(config: Config, end: JobEnd, events: list[KernelEvent], now: float) -> None:
+    """Record this job as the owner of the application-XID bursts of its run on this node,
+    so that `gpu.xid` counts one job's repeated faults as one (health_checks.app_xids)."""
+    gap_s = config.health.app_xid_burst_gap_s
+    found = app_xids.bursts(events, gap_s)
+    if not found:
+        return
+    since = end.started if end.started is not None else job_window(now).start
+    path = app_xids.ledger_path(config.paths.state_dir, end.node)
+    new = app_xids.claim_bursts(path, found, str(end.job_id), since, now, gap_s, now)
+    if new:
+        log = get_logger(job_id=end.job_id, node=end.node)
+        log.info("epilog_app_xids_claimed", bursts=len(new))
 
 
 # The Epilog's exit status when it asks Slurm to drain its node (any non-zero does).

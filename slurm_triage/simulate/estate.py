@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_triage.errors import TriageError
+from slurm_triage.simulate import driver_log
 
 GPUS = 8
 HCAS = 4
@@ -292,8 +293,9 @@ def _apply_gpu_fault(
             raise InjectError("xid needs a number, e.g. xid=79")
         _xid_effects(g, value)
         bdf = g["bus_id"].lower()[4:].rsplit(".", 1)[0]
-        text = XID_TEXT.get(value, "Simulated Xid")
-        estate.kernel_line(f"NVRM: Xid (PCI:{bdf}): {value}, pid=4242, name=python, {text}")
+        now = time.time()  # a burst's lines come a millisecond or two apart, as on a GPU
+        for n, line in enumerate(driver_log.xid_lines(value, bdf, XID_TEXT.get(value))):
+            estate.kernel_line(line, now + n * 0.0015)
         state["events"].append(
             {"gpu": g["index"], "type": "xid", "data": value, "time": time.time()}
         )

@@ -11,7 +11,7 @@ import pytest
 
 from slurm_triage.attribution.kernel import parse_kernel_lines
 from slurm_triage.config import HealthConfig
-from slurm_triage.health_checks import host, infiniband, kernel_log, mounts
+from slurm_triage.health_checks import app_xids, host, infiniband, kernel_log, mounts
 from slurm_triage.health_checks.result import Action, Severity, Status
 from slurm_triage.simulate.estate import NodeEstate, inject
 
@@ -58,17 +58,22 @@ def test_mig_format_xid_is_read() -> None:
     assert kernel_log.check_xid(evs, CONFIG, NOW).failed
 
 
-def test_application_xid_only_fails_when_repeated_across_processes() -> None:
-    """XID 13 from one process is the user's bug; from three processes it follows the GPU."""
+def test_application_xid_only_fails_when_repeated_across_jobs() -> None:
+    """XID 13 from one job is the user's bug; from three jobs on one GPU it follows the GPU."""
     line = (
         "{t} node2 kernel: NVRM: Xid (PCI:0000:18:00): 13, pid={pid}, name=python, "
         "Graphics SM Warp Exception"
     )
     one = events(line.format(t=iso(-20), pid=100))
     assert kernel_log.check_xid(one, CONFIG, NOW).status is Status.OK
-    three = events(*(line.format(t=iso(-20 + i), pid=100 + i) for i in range(3)))
-    result = kernel_log.check_xid(three, CONFIG, NOW)
+    three = events(*(line.format(t=iso(-300 + 100 * i), pid=100 + i) for i in range(3)))
+    claims = [
+        app_xids.Claim("0000:18:00", NOW - 300 + 100 * i, NOW - 300 + 100 * i, str(70 + i))
+        for i in range(3)
+    ]
+    result = kernel_log.check_xid(three, CONFIG, NOW, app_xid_claims=claims)
     assert result.failed and result.severity is Severity.LOW and result.action is Action.DRAIN
+    assert result.evidence["faults"] == ["job:70", "job:71", "job:72"]
 
 
 def test_user_logger_line_is_not_a_kernel_xid() -> None:

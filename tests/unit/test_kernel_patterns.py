@@ -518,12 +518,18 @@ def _prefixed(message: str, form: str, n: int = 0) -> str:
         "syslog": f"Nov 21 10:00:0{n} node1 kernel: {message}",
         "syslog-dmesg": f"Nov 21 10:00:00 node1 kernel: [ 812345.{101240 + n:06d}] {message}",
         "iso": f"2024-11-21T10:00:0{n}.{n:06d}+00:00 node1 kernel: {message}",
+        # journalctl -o short-precise, short-full, short-unix; dmesg --time-format=iso (-x)
+        "journal-precise": f"Nov 21 10:00:0{n}.{n:06d} node1 kernel: {message}",
+        "journal-full": f"Thu 2024-11-21 10:00:0{n} UTC node1 kernel: {message}",
+        "journal-unix": f"173218320{n}.{n:06d} node1 kernel: {message}",
+        "dmesg-iso": f"2024-11-21T10:00:0{n},{n:06d}+00:00 {message}",
+        "dmesg-x-iso": f"kern  :info  : 2024-11-21T10:00:0{n},{n:06d}+00:00 {message}",
     }[form]
 
 
 FORMS = [
     "dmesg", "dmesg-caller", "dmesg-x", "dmesg-T", "dmesg-H", "kmsg", "syslog", "syslog-dmesg",
-    "iso",
+    "iso", "journal-precise", "journal-full", "journal-unix", "dmesg-iso", "dmesg-x-iso",
 ]  # fmt: skip
 
 
