@@ -95,6 +95,10 @@ class HealthConfig:
     # How Slurm numbers GPUs in SLURM_JOB_GPUS / SLURM_STEP_GPUS (slurm_triage/gpu_ids.py):
     # "pci_bus" with gres.conf AutoDetect=nvml, "minor_number" with File=/dev/nvidia[...] lines.
     slurm_gpu_order: Literal["pci_bus", "minor_number"] = "pci_bus"
+    # NVLinks each GPU must have up: -1 judges against the links up when the node last
+    # passed every check (H100 PCIe boards have inactive links by design), 0 does not check,
+    # 18 is an HGX H100 SXM's full set (docs/health-checks.md).
+    nvlinks_per_gpu: int = field(default=-1, metadata=_range(-1, 36))
     kernel_log: str = "/dev/kmsg"
     # XIDs and MCE/EDAC lines count when younger than this (the taxonomy's 10 min window).
     kernel_window_s: float = field(default=600.0, metadata=_range(1, 86400 * 7))

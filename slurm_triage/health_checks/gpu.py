@@ -237,33 +237,107 @@ def check_row_remap(facts: NvmlFacts, **_: Any) -> CheckResult:
     return ok(name, "no pending or failed row remaps")
 
 
-def check_nvlink(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckResult:
-    """Every NVLink of every GPU is up; error counters did not rise since the last run."""
+def check_nvlink(
+    facts: NvmlFacts, previous: Mapping[str, Any], config: HealthConfig, **_: Any
+) -> CheckResult:
+    """No NVLink that should be up is down; error counters did not rise since the last run.
+
+    "Should be up" is not "every link NVML lists": H100 PCIe boards list 18 links of which
+    6 are inactive by design, and all 18 without bridges (fake_pynvml.py cites the field
+    reports). So links are judged against `health.nvlinks_per_gpu` when set (e.g. 18 on an
+    HGX H100), else against the links that were up when the node last passed every check
+    (its baseline, kept with the counters); a node without a baseline yet is only warned
+    about GPUs with fewer links up than their peers."""
     name = "gpu.nvlink"
     if (early := _nvml_unusable(name, facts)) is not None:
         return early
+    if config.nvlinks_per_gpu == 0:
+        return skipped(name, "NVLink not checked (health.nvlinks_per_gpu = 0)")
     gpus = [g for g in _usable(facts) if g.nvlink_up is not None]
     if not gpus:
         return skipped(name, "no NVLink on these GPUs")
+    baseline: Mapping[str, Any] = previous.get(NVLINK_BASELINE_KEY, {})
+    for g in gpus:
+        if (failure := _links_down(name, g, config.nvlinks_per_gpu, baseline)) is not None:
+            return failure
     last = previous.get("nvlink_errors", {})
     for g in gpus:
-        assert g.nvlink_up is not None
-        down = [i for i, up in enumerate(g.nvlink_up) if not up]
-        if down:
-            return fail(
-                name,
-                f"GPU{g.index} {g.bus_id} NVLink {down[0]} down",
-                HIGH,
-                Action.RESET_GPU,
-                gpu=g.index,
-                links_down=down,
-            )
         before = last.get(str(g.index))
         if before is not None and (g.nvlink_errors or 0) > before:
             return warn(
                 name, f"GPU{g.index} NVLink errors rose {before}->{g.nvlink_errors}", gpu=g.index
             )
-    return ok(name, f"all NVLinks up on {len(gpus)} GPUs")
+    up = {g.index: len(_up_links(g)) for g in gpus}
+    if config.nvlinks_per_gpu < 0 and not any(_gpu_key(g) in baseline for g in gpus):
+        if len(set(up.values())) > 1:
+            fewest = min(up, key=lambda i: up[i])
+            return warn(
+                name,
+                f"GPU{fewest} has {up[fewest]} NVLinks up, its peers up to "
+                f"{max(up.values())} (no baseline yet)",
+                links_up=up,
+            )
+        return ok(name, f"{min(up.values())} NVLinks up per GPU (no baseline yet)", links_up=up)
+    return ok(name, f"NVLinks up as expected on {len(gpus)} GPUs", links_up=up)
+
+
+NVLINK_BASELINE_KEY = "nvlink_baseline"
+
+
+def _up_links(g: GpuFacts) -> list[int]:
+    return [link for link, up in enumerate(g.nvlink_up or ()) if up]
+
+
+def _gpu_key(g: GpuFacts) -> str:
+    # The GPU itself, so a replaced board starts a new baseline; its slot if NVML has no UUID.
+    return g.uuid or g.bus_id or str(g.index)
+
+
+def _links_down(
+    name: str, g: GpuFacts, expected: int, baseline: Mapping[str, Any]
+) -> CheckResult | None:
+    up = _up_links(g)
+    if expected > 0:
+        if len(up) >= expected:
+            return None
+        down = [link for link in range(len(g.nvlink_up or ())) if link not in up]
+        return fail(
+            name,
+            f"GPU{g.index} {g.bus_id} {len(up)} of {expected} NVLinks up",
+            HIGH,
+            Action.RESET_GPU,
+            gpu=g.index,
+            links_down=down,
+        )
+    was = baseline.get(_gpu_key(g))
+    if not isinstance(was, list):
+        return None
+    down = [link for link in was if link not in up]
+    if not down:
+        return None
+    return fail(
+        name,
+        f"GPU{g.index} {g.bus_id} NVLink {down[0]} down (up at baseline)",
+        HIGH,
+        Action.RESET_GPU,
+        gpu=g.index,
+        links_down=down,
+    )
+
+
+def nvlink_baseline(
+    facts: NvmlFacts, previous: Mapping[str, Any], node_healthy: bool
+) -> dict[str, list[int]]:
+    """The baseline to keep: the previous one, plus each GPU's links up now when the node
+    passed every check this run (links only join it; see docs/health-checks.md to reset)."""
+    kept: dict[str, list[int]] = dict(previous.get(NVLINK_BASELINE_KEY, {}))
+    if not node_healthy or facts.init_error is not None:
+        return kept
+    for g in _usable(facts):
+        if g.nvlink_up is not None:
+            key = _gpu_key(g)
+            kept[key] = sorted(set(kept.get(key, [])) | set(_up_links(g)))
+    return kept
 
 
 def check_pcie(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckResult:

@@ -196,6 +196,12 @@ def _with_seconds(result: CheckResult, seconds: float) -> CheckResult:
     return replace(result, seconds=seconds)
 
 
+def _node_passed_with(results: Sequence[CheckResult], check: str) -> bool:
+    """Every check passed and `check` itself ran and was OK (not merely skipped or warned)."""
+    passed = all(r.status in (Status.OK, Status.WARN, Status.SKIPPED) for r in results)
+    return passed and any(r.check == check and r.status is Status.OK for r in results)
+
+
 @dataclass
 class Run:
     """One run of selected checks; `execute()` returns the report and saves counters."""
@@ -232,16 +238,22 @@ class Run:
             if self.stop_on_hard_failure and result.failed and result.severity is Severity.HIGH:
                 stopped = True
                 break
-        self._save_counters(sources, base["previous"])
+        self._save_counters(sources, base["previous"], results)
         return RunReport(
             self.node, self.mode, started_wall, time.monotonic() - started, tuple(results), stopped
         )
 
-    def _save_counters(self, sources: FactSources, previous: dict[str, Any]) -> None:
+    def _save_counters(
+        self, sources: FactSources, previous: dict[str, Any], results: Sequence[CheckResult]
+    ) -> None:
         counters = dict(previous)
         nvml = sources.cached("nvml")
         if nvml is not None and nvml.init_error is None:
             counters.update(gpu.counters(nvml))
+            # The NVLinks up when the node passed every check: gpu.nvlink's yardstick.
+            counters[gpu.NVLINK_BASELINE_KEY] = gpu.nvlink_baseline(
+                nvml, previous, _node_passed_with(results, "gpu.nvlink")
+            )
         ports = sources.cached("ib")
         if ports is not None:
             counters["ib"] = {**previous.get("ib", {}), **infiniband.counters(ports)}

@@ -187,15 +187,73 @@ def test_row_remap_pending_low_failure_high_unsupported_skipped() -> None:
     assert run(gpu.check_row_remap, old).status is Status.SKIPPED
 
 
-def test_nvlink_down_fails_and_rising_errors_warn() -> None:
-    """A link down fails gpu.nvlink; error counters rising between runs warn."""
+ALL_UP = {f"GPU-{i}": list(range(18)) for i in range(8)}  # healthy_gpu's uuids, 18 links
+
+
+def test_nvlink_down_fails_against_the_baseline_and_rising_errors_warn() -> None:
+    """A link that was up at the node's baseline and is down now fails gpu.nvlink; error
+    counters rising between runs warn."""
     links = (True,) * 3 + (False,) + (True,) * 14
-    down = run(gpu.check_nvlink, node((6, {"nvlink_up": links})))
-    assert down.failed and "NVLink 3 down" in down.reason
+    down = run(
+        gpu.check_nvlink,
+        node((6, {"nvlink_up": links})),
+        previous={gpu.NVLINK_BASELINE_KEY: ALL_UP},
+    )
+    assert down.failed and "GPU6" in down.reason and "NVLink 3 down" in down.reason
+    assert down.evidence["links_down"] == [3]
     rising = run(
         gpu.check_nvlink, node((6, {"nvlink_errors": 50})), previous={"nvlink_errors": {"6": 10}}
     )
     assert rising.status is Status.WARN
+
+
+H100_PCIE_BRIDGED = tuple(link not in (4, 5, 10, 11, 16, 17) for link in range(18))
+
+
+@pytest.mark.parametrize(
+    "links",
+    [H100_PCIE_BRIDGED, (False,) * 18],
+    ids=["pcie-bridged", "pcie-unbridged"],
+)
+def test_inactive_links_of_pcie_boards_pass(links: tuple[bool, ...]) -> None:
+    """H100 PCIe boards list 18 links and leave 6 (bridged) or all (no bridges) inactive:
+    with no baseline yet, or against a baseline of the same board, that passes."""
+    facts = node(*((i, {"nvlink_up": links}) for i in range(8)))
+    assert run(gpu.check_nvlink, facts).status is Status.OK
+    baseline = gpu.nvlink_baseline(facts, {}, node_healthy=True)
+    again = run(gpu.check_nvlink, facts, previous={gpu.NVLINK_BASELINE_KEY: baseline})
+    assert again.status is Status.OK
+
+
+def test_nvlinks_per_gpu_sets_the_count() -> None:
+    """health.nvlinks_per_gpu = 18 (HGX SXM) fails a GPU with 17 up from the first run;
+    = 12 passes a bridged PCIe board; = 0 skips the check."""
+    one_down = node((2, {"nvlink_up": (True,) * 17 + (False,)}))
+    sxm = run(gpu.check_nvlink, one_down, config=replace(CONFIG, nvlinks_per_gpu=18))
+    assert sxm.failed and "GPU2" in sxm.reason and "17 of 18" in sxm.reason
+    pcie = node(*((i, {"nvlink_up": H100_PCIE_BRIDGED}) for i in range(8)))
+    assert run(gpu.check_nvlink, pcie, config=replace(CONFIG, nvlinks_per_gpu=12)).status is (
+        Status.OK
+    )
+    off = run(gpu.check_nvlink, one_down, config=replace(CONFIG, nvlinks_per_gpu=0))
+    assert off.status is Status.SKIPPED
+
+
+def test_without_a_baseline_a_gpu_behind_its_peers_warns() -> None:
+    """No baseline yet: a GPU with fewer links up than its peers warns (never drains)."""
+    result = run(gpu.check_nvlink, node((2, {"nvlink_up": (True,) * 17 + (False,)})))
+    assert result.status is Status.WARN and "GPU2 has 17 NVLinks up" in result.reason
+
+
+def test_baseline_only_grows_when_the_node_passed() -> None:
+    """The baseline keeps the links up at the last healthy run: an unhealthy run changes
+    nothing, a healthy one adds the links up now."""
+    facts = node(*((i, {"nvlink_up": H100_PCIE_BRIDGED}) for i in range(8)))
+    first = gpu.nvlink_baseline(facts, {}, node_healthy=True)
+    assert first["GPU-0"] == [0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15]
+    previous = {gpu.NVLINK_BASELINE_KEY: first}
+    assert gpu.nvlink_baseline(node(), previous, node_healthy=False) == first
+    assert gpu.nvlink_baseline(node(), previous, node_healthy=True)["GPU-0"] == list(range(18))
 
 
 def test_pcie_width_fails_but_idle_gen_does_not() -> None:
