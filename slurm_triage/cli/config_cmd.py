@@ -22,7 +22,14 @@ def register(sub: Any) -> None:
         "show",
         help="print the effective configuration (defaults, file, env) as TOML",
         description="Print the configuration this host would use, as TOML: built-in "
-        "defaults, then the config file, then SLURM_TRIAGE__SECTION__KEY overrides.",
+        "defaults, then the config file, then SLURM_TRIAGE__SECTION__KEY overrides. "
+        "With --defaults: every key with its default, what it accepts and what it does "
+        "(the file contrib/config.toml.example is this output).",
+    )
+    show.add_argument(
+        "--defaults",
+        action="store_true",
+        help="print the annotated built-in defaults instead (no file or overrides read)",
     )
     show.set_defaults(handler=_show)
     check = actions.add_parser(
@@ -36,6 +43,11 @@ def register(sub: Any) -> None:
 
 
 def _show(args: argparse.Namespace, context: Any) -> int:
+    if args.defaults:
+        from slurm_triage.config_example import example_toml
+
+        print(example_toml(), end="")
+        return 0
     print(to_toml(context.config()), end="")
     return 0
 

@@ -164,3 +164,51 @@ def test_config_show_prints_effective_values(tmp_path: Path) -> None:
     )
     assert result.returncode == 0
     assert "attempts = 5" in result.stdout and "timeout_s = 2.0" in result.stdout
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "contrib" / "config.toml.example"
+
+
+def test_example_config_is_the_generated_one_and_round_trips() -> None:
+    """contrib/config.toml.example is `config show --defaults` (regenerate it with that
+    command when a key changes), `config check` accepts it, it loads to the defaults, and
+    it names every key of every section with a line saying what the key accepts."""
+    from slurm_triage.config_example import example_toml
+
+    text = EXAMPLE.read_text()
+    assert text == example_toml(), "regenerate: slurm-triage config show --defaults > " + str(
+        EXAMPLE
+    )
+    result = _cli("config", "check", str(EXAMPLE))
+    assert (result.returncode, result.stdout.strip()) == (0, f"{EXAMPLE}: ok")
+    assert load_config(EXAMPLE, env={}) == Config()
+    for section in dataclasses.fields(Config):
+        if section.name == "source":
+            continue
+        assert f"\n[{section.name}]\n" in text
+        for key in dataclasses.fields(getattr(Config(), section.name)):
+            (line,) = [x for x in text.splitlines() if x.startswith(f"{key.name} = ")]
+            assert "  # " in line, line
+
+
+def test_example_reads_the_comments_above_each_key() -> None:
+    """The text of config.py's comments lands above its key, and a line's own comment after
+    what the key accepts, so the example explains each key where the schema does."""
+    from slurm_triage.config_example import example_toml
+
+    lines = example_toml().splitlines()
+    at = lines.index("timeout_s = 10.0  # a number, 0.1 to 600")
+    assert (
+        lines[at - 1]
+        == "# Deadline for one whole operation, retries included; far below PrologEpilogTimeout."
+    )
+    assert any(x.startswith("ib_ports = []  # a list of strings; ") for x in lines)
+    assert "requeue_causes = []  # a list of cause ids (docs/attribution.md)" in lines
+
+
+def test_config_show_defaults_ignores_the_file(tmp_path: Path) -> None:
+    """`config show --defaults` prints the annotated defaults, whatever the file says."""
+    path = tmp_path / "c.toml"
+    path.write_text("[slurm]\nattempts = 5\n")
+    result = _cli("--config", str(path), "config", "show", "--defaults")
+    assert result.returncode == 0 and "\nattempts = 3  # an integer, 1 to 10\n" in result.stdout
