@@ -65,11 +65,18 @@ def _open_log_file(path: str) -> TextIO:
 
 
 def setup_logging(
-    config: LoggingConfig, program: str = "slurm-triage", stream: TextIO | None = None
+    config: LoggingConfig,
+    program: str = "slurm-triage",
+    stream: TextIO | None = None,
+    *,
+    job_output: bool = False,
 ) -> None:
-    """Configure structlog for this process; falls back to stderr if the file can't be opened."""
+    """Configure structlog for this process. When the log file cannot be opened, fall back
+    to stderr, or, for a process whose stderr is a job's output (`job_output`: the wrapper,
+    running as the job's user, who cannot write the site's log file), to syslog, so our
+    own log trouble never lands in the researcher's job log."""
     stream = stream or sys.stderr
-    fallback_reason = None
+    fallback_reason = fallback = None
     factory: Any
     if config.destination == "syslog":
         factory = SyslogLoggerFactory(program, config.syslog_facility)
@@ -79,7 +86,12 @@ def setup_logging(
             factory = structlog.PrintLoggerFactory(file=_open_log_file(config.file))
         except OSError as exc:
             fallback_reason = f"{config.file}: {exc.strerror}"
-            factory = structlog.PrintLoggerFactory(file=stream)
+            if job_output:
+                fallback = "syslog"
+                factory = SyslogLoggerFactory(program, config.syslog_facility)
+            else:
+                fallback = "stderr"
+                factory = structlog.PrintLoggerFactory(file=stream)
         use_json = config.format != "console"
     else:
         factory = structlog.PrintLoggerFactory(file=stream)
@@ -104,7 +116,7 @@ def setup_logging(
         cache_logger_on_first_use=False,
     )
     if fallback_reason:
-        get_logger().warning("log_file_unwritable", reason=fallback_reason, using="stderr")
+        get_logger().warning("log_file_unwritable", reason=fallback_reason, using=fallback)
 
 
 def _add_program(program: str) -> Any:

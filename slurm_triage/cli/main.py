@@ -51,11 +51,13 @@ class Context:
     def __init__(self, config_path: Path | None) -> None:
         self._config_path = config_path
         self._config: Config | None = None
+        # Set by commands whose stderr is a job's output (wrap), before config() is asked.
+        self.job_output = False
 
     def config(self) -> Config:
         if self._config is None:
             self._config = load_config(self._config_path)
-            setup_logging(self._config.logging)
+            setup_logging(self._config.logging, job_output=self.job_output)
         return self._config
 
 

@@ -126,6 +126,7 @@ def _config_or_defaults(context: Any) -> Any:
     job must never fail because of our configuration."""
     from slurm_triage.config import Config
 
+    context.job_output = True  # our log trouble must not land in the job's output
     try:
         return context.config()
     except Exception as exc:  # ConfigError, or anything else going wrong while loading it

@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 import json
 import re
+import syslog
 from pathlib import Path
+
+import pytest
 
 from slurm_triage.config import LoggingConfig
 from slurm_triage.logs import get_logger, setup_logging
@@ -60,3 +63,54 @@ def test_unwritable_log_file_falls_back_to_stderr_with_a_warning(tmp_path: Path)
     get_logger().info("after")
     events = [json.loads(line)["event"] for line in pipe.getvalue().splitlines()]
     assert events == ["log_file_unwritable", "after"]
+
+
+def test_a_job_outputs_logger_falls_back_to_syslog_not_the_job_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17.5: the wrapper runs as the job's user, who cannot write the site's log file;
+    its stderr is the researcher's job log, so the trouble (and what follows) goes to
+    syslog, not into the job's output."""
+    sent: list[tuple[int, str]] = []
+    monkeypatch.setattr(syslog, "openlog", lambda *a: None)
+    monkeypatch.setattr(
+        syslog, "syslog", lambda priority, message: sent.append((priority, message))
+    )
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    job_log = io.StringIO()
+    config = LoggingConfig(destination="file", file=str(blocker / "x.log"))
+    setup_logging(config, stream=job_log, job_output=True)
+    get_logger().warning("wrapper_nvml_unavailable", reason="x")
+    assert job_log.getvalue() == ""
+    events = [json.loads(message) for _, message in sent]
+    assert [e["event"] for e in events] == ["log_file_unwritable", "wrapper_nvml_unavailable"]
+    assert events[0]["using"] == "syslog"
+
+
+def test_wrap_with_an_unwritable_log_file_keeps_the_job_output_clean(tmp_path: Path) -> None:
+    """End to end: `slurm-triage wrap` under a site config that logs to a file it cannot
+    write prints the command's output and its own human summary line, and no log lines."""
+    import os
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[logging]\ndestination = "file"\nfile = "{blocker}/x.log"\n'
+        f'[paths]\nevidence_dir = "{evidence}"\n[wrapper]\nwatch_nvml = false\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "slurm_triage", "wrap", "--", "sh", "-c", "echo hi; exit 3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SLURM_TRIAGE_CONFIG": str(config)},
+    )
+    assert (result.returncode, result.stdout) == (3, "hi\n")
+    assert "log_file_unwritable" not in result.stderr
+    assert not any(line.lstrip().startswith("{") for line in result.stderr.splitlines())
