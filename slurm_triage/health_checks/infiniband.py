@@ -1,10 +1,25 @@
-"""`ib.ports`: every expected HCA port ACTIVE / LinkUp at the expected rate, error counters
-not rising. Reads sysfs (`<sysfs_root>/class/infiniband/<dev>/ports/<n>/`, signatures.md §3.1)."""
+"""`ib.ports`: the node's InfiniBand ports ACTIVE / LinkUp at the expected rate, error
+counters not rising. Reads sysfs (`<sysfs_root>/class/infiniband/<dev>/ports/<n>/`,
+signatures.md §3.1; Linux Documentation/ABI/stable/sysfs-class-infiniband).
+
+Which ports. `health.ib_ports` names them ("mlx5_0:1"), any link layer: every one must be up.
+Unset, the check takes the ports of the compute fabric as a real H100 node shows them: those
+whose `link_layer` is InfiniBand, of a physical function (not an SR-IOV virtual function,
+whose PCI device has `physfn`), that were up at baseline: ACTIVE/LinkUp in any earlier run
+on this node (kept with the counters, `ib_baseline`) or now, or with `link_downed` above 0
+(the counter starts at 0 when the driver loads, so such a port trained since boot and lost
+its link: a port that never came up cannot go down). So a RoCE storage port or a
+BlueField's Ethernet ports (link_layer Ethernet), the uncabled second port of a dual-port
+card (Polling since boot) and VFs nobody assigned are not checked unless named; a port that
+was up once and is down now, or gone from sysfs, fails. A port that has never been up since
+the state began is not noticed without `ib_ports`: name the ports where that matters.
+"""
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +36,8 @@ COUNTERS = (
 )
 # A link that went down is a failed job in waiting; the others are signal-quality trends.
 _FATAL_COUNTERS = ("link_downed",)
+BASELINE_KEY = "ib_baseline"
+INFINIBAND = "InfiniBand"
 
 
 @dataclass(frozen=True)
@@ -31,6 +48,23 @@ class PortFacts:
     phys_state: str = ""
     rate_gbps: float | None = None
     counters: Mapping[str, int] | None = None
+    link_layer: str = ""  # "InfiniBand", "Ethernet" (RoCE); "" when sysfs does not say
+    virtual_function: bool = False
+    pci_bus_id: str | None = None  # the HCA's PCI function, e.g. "0000:1a:00.0"
+
+    @property
+    def up(self) -> bool:
+        return self.state.endswith("ACTIVE") and self.phys_state.endswith("LinkUp")
+
+    @property
+    def was_up(self) -> bool:
+        """Up now, or up since the driver loaded (its link went down since)."""
+        return self.up or (self.counters or {}).get("link_downed", 0) > 0
+
+    @property
+    def fabric(self) -> bool:
+        """A port of the InfiniBand fabric on a physical function: checked by default."""
+        return self.link_layer == INFINIBAND and not self.virtual_function
 
 
 def _read(path: Path) -> str:
@@ -45,7 +79,7 @@ def _int(text: str) -> int | None:
 
 
 def read_ports(sysfs_root: str, expected: Sequence[str]) -> tuple[PortFacts, ...]:
-    """Facts for each expected port, or every port found when none are configured."""
+    """Facts for each expected port, or for every port found when none are configured."""
     base = Path(sysfs_root) / "class/infiniband"
     names = list(expected) or sorted(
         f"{d.name}:{p.name}" for d in base.glob("*") for p in (d / "ports").glob("*")
@@ -59,6 +93,7 @@ def read_ports(sysfs_root: str, expected: Sequence[str]) -> tuple[PortFacts, ...
             continue
         rate = re.match(r"([\d.]+) Gb/sec", _read(port / "rate"))
         counters = {c: v for c in COUNTERS if (v := _int(_read(port / "counters" / c))) is not None}
+        pci = base / dev / "device"
         facts.append(
             PortFacts(
                 name,
@@ -67,23 +102,55 @@ def read_ports(sysfs_root: str, expected: Sequence[str]) -> tuple[PortFacts, ...
                 _read(port / "phys_state"),
                 float(rate.group(1)) if rate else None,
                 counters,
+                _read(port / "link_layer"),
+                (pci / "physfn").exists(),
+                os.path.basename(os.path.realpath(pci)) if pci.exists() else None,
             )
         )
     return tuple(facts)
+
+
+def baseline(ports: Iterable[PortFacts], before: Iterable[str]) -> list[str]:
+    """The fabric ports up at baseline: those up before, and those up now."""
+    return sorted(set(before) | {p.port for p in ports if p.present and p.fabric and p.was_up})
+
+
+def _selected(
+    ports: Sequence[PortFacts], config: HealthConfig, previous: Mapping[str, Any]
+) -> tuple[list[PortFacts], list[PortFacts]]:
+    """The ports to check and the ports left alone (see the module docstring)."""
+    if config.ib_ports:
+        return list(ports), []
+    was_up = set(previous.get(BASELINE_KEY, []))
+    seen = {p.port for p in ports}
+    # A port read as absent was asked for by name; a baseline port absent from sysfs is gone.
+    gone = [p for p in ports if not p.present]
+    gone += [PortFacts(name, present=False) for name in sorted(was_up - seen)]
+    checked = [p for p in ports if p.present and p.fabric and (p.was_up or p.port in was_up)]
+    ignored = [p for p in ports if p.present and p not in checked]
+    return gone + checked, ignored
+
+
+def _describe(p: PortFacts) -> str:
+    kind = "VF" if p.virtual_function else p.link_layer or "?"
+    return f"{p.port} {kind} {p.state or '?'}/{p.phys_state or '?'}"
 
 
 def check_ports(
     ports: Sequence[PortFacts], config: HealthConfig, previous: Mapping[str, Any], **_: Any
 ) -> CheckResult:
     name = "ib.ports"
-    if not ports:
-        return skipped(name, "no InfiniBand ports configured or found")
+    checked, ignored = _selected(ports, config, previous)
+    not_checked = [_describe(p) for p in ignored]
+    if not checked:
+        found = f" ({len(ignored)} not checked: {', '.join(not_checked)})" if ignored else ""
+        return skipped(name, f"no InfiniBand port configured or up at baseline{found}")
     last = previous.get("ib", {})
     trend: CheckResult | None = None
-    for p in ports:
+    for p in checked:
         if not p.present:
             return fail(name, f"{p.port} missing", Severity.HIGH, Action.DRAIN_NOW, port=p.port)
-        if not p.state.endswith("ACTIVE") or not p.phys_state.endswith("LinkUp"):
+        if not p.up:
             return fail(
                 name,
                 f"{p.port} {p.state or '?'} / {p.phys_state or '?'}",
@@ -116,7 +183,12 @@ def check_ports(
                 trend = trend or warn(
                     name, f"{p.port} {counter} rose {before[counter]}->{value}", port=p.port
                 )
-    return trend or ok(name, f"{len(ports)} port(s) ACTIVE/LinkUp")
+    return trend or ok(
+        name,
+        f"{len(checked)} port(s) ACTIVE/LinkUp",
+        ports=[p.port for p in checked],
+        not_checked=not_checked,
+    )
 
 
 def counters(ports: Sequence[PortFacts]) -> dict[str, dict[str, int]]:

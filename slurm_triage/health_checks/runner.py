@@ -257,6 +257,9 @@ class Run:
         ports = sources.cached("ib")
         if ports is not None:
             counters["ib"] = {**previous.get("ib", {}), **infiniband.counters(ports)}
+            # The fabric ports up at baseline: ib.ports checks these when none are named.
+            baseline = previous.get(infiniband.BASELINE_KEY, [])
+            counters[infiniband.BASELINE_KEY] = infiniband.baseline(ports, baseline)
         path = _state_path(self.config, self.node)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from slurm_triage.errors import TriageError
-from slurm_triage.simulate import driver_log
+from slurm_triage.simulate import driver_log, sysfs
 
 GPUS = 8
-HCAS = 4
+HCAS = sysfs.COMPUTE_HCAS  # the compute fabric's ports; sysfs.py lists the others
 MOUNTS = ("home", "shared", "datasets")
-IB_RATE = "400 Gb/sec (4X NDR)"
+IB_RATE = sysfs.IB_RATE
 NVLINKS = 18  # H100 SXM: 18 NVLink4 links
 # PCI bus ids of an 8-GPU HGX H100 board (as `nvidia-smi` prints them).
 BUS_IDS = (
@@ -194,29 +194,7 @@ class NodeEstate:
         return board if board in BOARDS else "sxm"
 
     def _write_sysfs(self) -> None:
-        for i in range(HCAS):
-            port = self.sysfs / f"class/infiniband/mlx5_{i}/ports/1"
-            (port / "counters").mkdir(parents=True, exist_ok=True)
-            for name, value in (
-                ("state", "4: ACTIVE"),
-                ("phys_state", "5: LinkUp"),
-                ("rate", IB_RATE),
-                ("link_layer", "InfiniBand"),
-            ):
-                (port / name).write_text(value + "\n")
-            for counter in (
-                "link_downed",
-                "symbol_error",
-                "port_rcv_errors",
-                "link_error_recovery",
-                "local_link_integrity_errors",
-            ):
-                (port / "counters" / counter).write_text("0\n")
-        for bus_id in BUS_IDS:
-            dev = self.sysfs / "bus/pci/devices" / bus_id.lower()[4:]
-            dev.mkdir(parents=True, exist_ok=True)
-            (dev / "vendor").write_text("0x10de\n")
-            (dev / "class").write_text("0x030200\n")
+        sysfs.write_node(self.sysfs, BUS_IDS)
 
     def _write_mounts(self) -> None:
         lines = []
