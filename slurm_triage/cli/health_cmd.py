@@ -19,7 +19,8 @@ def register(sub: Any) -> None:
         "severity failure drains the node at once, a low-severity one drains it after its "
         "jobs; drain reasons start with 'triage: '. With --all, a node we drained is resumed "
         "when every check passes; a node an admin drained is never touched. Exit status: 0 no "
-        "failure, 1 a check failed, 2 bad input.",
+        "failure, 1 a check failed, 2 bad input, 3 the drain or resume the checks called for "
+        "could not be applied (Slurm unreachable or refusing).",
     )
     check.add_argument("--all", action="store_true", help="every check, not just the fast set")
     check.add_argument("--only", nargs="+", metavar="NAME", help="only these checks")
@@ -52,6 +53,8 @@ def register(sub: Any) -> None:
 
 def _check(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage.health_checks import registry, service
+    from slurm_triage.health_checks.actions import Outcome
+    from slurm_triage.slurm import SlurmError
 
     if args.list:
         for item in registry.describe():
@@ -86,6 +89,11 @@ def _check(args: argparse.Namespace, context: Any) -> int:
         )
     else:
         _table(report, decision, sys.stdout.isatty())
+    if decision.outcome is Outcome.SLURM_ERROR:
+        # The node may be serving jobs it should not (or stay drained for nothing): a
+        # monitoring system running `check` must see this run did not do its job.
+        print(f"slurm-triage: node action not applied: {decision.detail}", file=sys.stderr)
+        return SlurmError.exit_code
     return 1 if report.failures else 0
 
 

@@ -165,6 +165,29 @@ def test_prolog_fails_on_a_node_with_a_lost_gpu(tmp_path: Path) -> None:
     assert "gpu.lost" in result.stderr and "health_slurm_unreachable" in result.stderr
 
 
+def test_check_exits_3_when_its_drain_could_not_be_applied(tmp_path: Path) -> None:
+    """Issue 17.5: `check` found a lost GPU but could not reach Slurm to drain the node: it
+    says so and exits 3 (Slurm unreachable), never 0 (or 1, as for a drained node)."""
+    from slurm_triage.simulate.estate import NodeEstate, inject
+
+    sim = tmp_path / "sim"
+    inject(NodeEstate(sim, "node2").ensure(), "xid", 79, gpu=3)
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}"\n'
+        f'attempts = 1\n[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
+        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n'
+        "breaker_settle_s = 0\n"
+    )
+    result = _run(
+        [sys.executable, "-m", "slurm_triage", "check", "--node", "node2"],
+        {"SLURM_TRIAGE_CONFIG": str(config)},
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "slurm_error (not applied)" in result.stdout
+    assert "node action not applied" in result.stderr
+
+
 def test_slurm_conf_program_survives_broken_config(tmp_path: Path) -> None:
     """A broken config must not drain nodes: the prolog logs the error and exits 0."""
     config = tmp_path / "c.toml"
