@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_triage.health_checks import gpu, host, infiniband, kernel_log, mounts
+from slurm_triage.health_checks import aer, gpu, host, infiniband, kernel_log, mounts
 from slurm_triage.health_checks.result import CheckResult
 
 
@@ -89,6 +89,13 @@ CHECKS: tuple[CheckSpec, ...] = (
         infiniband.check_ports,
         True,
         "HCA ports ACTIVE/LinkUp at the expected rate, link_downed not rising",
+    ),
+    CheckSpec(
+        "pcie.aer",
+        ("aer",),
+        aer.check_aer,
+        True,
+        "PCIe AER error counters of the GPUs and HCAs (and their upstream ports) not rising",
     ),
     CheckSpec(
         "fs.mounts",

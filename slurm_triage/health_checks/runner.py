@@ -20,7 +20,7 @@ from typing import Any
 
 from slurm_triage.config import Config, HealthConfig
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
-from slurm_triage.health_checks import app_xids, gpu, infiniband, kernel_log, mounts
+from slurm_triage.health_checks import aer, app_xids, gpu, infiniband, kernel_log, mounts
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.registry import CheckSpec
@@ -119,6 +119,9 @@ class FactSources:
                 c.mount_timeout_s,
             ),
             "host": lambda: read_host(expand(c.scratch_path, node)),
+            "aer": lambda: aer.read_aer(
+                expand(c.sysfs_root, node), read_pci_gpus(expand(c.sysfs_root, node))
+            ),
         }
 
     def get(self, source: str) -> Any:
@@ -189,6 +192,8 @@ def _kwargs_for(source: str, value: Any, base: dict[str, Any]) -> dict[str, Any]
         return {"ports": value}
     if source == "mounts":
         return {"mounts": value, "timeout_s": base["config"].mount_timeout_s}
+    if source == "aer":
+        return {"devices": value}
     return {"host": value}
 
 
@@ -260,6 +265,12 @@ class Run:
             # The fabric ports up at baseline: ib.ports checks these when none are named.
             baseline = previous.get(infiniband.BASELINE_KEY, [])
             counters[infiniband.BASELINE_KEY] = infiniband.baseline(ports, baseline)
+        devices = sources.cached("aer")
+        if devices is not None:
+            counters[aer.COUNTERS_KEY] = {
+                **previous.get(aer.COUNTERS_KEY, {}),
+                **aer.counters(devices),
+            }
         path = _state_path(self.config, self.node)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@ POST_JOB_CHECKS = (
     "gpu.row_remap",
     "gpu.nvlink",
     "ib.ports",
+    "pcie.aer",
     "fs.mounts",
 )
 CHECK_CAUSE = {
@@ -56,6 +57,7 @@ CHECK_CAUSE = {
     "gpu.row_remap": Cause.GPU_MEMORY,
     "gpu.nvlink": Cause.GPU_NVLINK,
     "gpu.pcie": Cause.PCIE,
+    "pcie.aer": Cause.PCIE,
     "gpu.thermal": Cause.THERMAL,
     "ib.ports": Cause.INFINIBAND,
     "fs.mounts": Cause.FILESYSTEM,

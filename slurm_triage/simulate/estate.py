@@ -80,6 +80,7 @@ FAULTS = (
     "nvlink_down",
     "gpu_lost",
     "ib_down",
+    *(f"aer_{kind}" for kind in sysfs.AER_FILES),
     "mount_hung",
     "nvml_hang",
     "nvml_error",
@@ -253,6 +254,8 @@ def inject(
         raise InjectError(f"--gpu must be 0..{GPUS - 1}")
     if fault == "ib_down":
         return _ib_down(estate, port)
+    if fault.startswith("aer_"):
+        return _aer(estate, fault.removeprefix("aer_"), value or 1, gpu)
     if fault == "mount_hung":
         return _mount_hung(estate, mount)
     state = estate.load()
@@ -337,6 +340,18 @@ def _ib_down(estate: NodeEstate, port: int) -> str:
     counter.write_text(f"{int(counter.read_text()) + 1}\n")
     estate.kernel_line(f"mlx5_core 0000:{0x1A + port:02x}:00.0: mlx5_{port}: Link down")
     return f"{estate.node}: mlx5_{port} port 1 down"
+
+
+def _aer(estate: NodeEstate, kind: str, count: int, gpu: int) -> str:
+    """PCIe AER errors reported by GPU `gpu`: its counters and its root port's rise, and the
+    kernel logs them as aer.c does."""
+    bdf = BUS_IDS[gpu].lower()[4:]
+    root = sysfs.raise_aer(estate.sysfs, bdf, kind, count)
+    severity = {"correctable": "Corrected", "nonfatal": "Uncorrected (Non-Fatal)"}.get(
+        kind, "Uncorrected (Fatal)"
+    )
+    estate.kernel_line(f"pcieport {root.name}: AER: {severity} error received: {bdf}")
+    return f"{estate.node}: {count} {kind} AER error(s) on GPU{gpu} {BUS_IDS[gpu]}"
 
 
 def _mount_hung(estate: NodeEstate, name: str) -> str:
