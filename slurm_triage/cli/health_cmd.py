@@ -69,7 +69,8 @@ def _check(args: argparse.Namespace, context: Any) -> int:
         )
     except registry.UnknownCheck as exc:
         raise TriageError(str(exc)) from None
-    service.record(config, report)
+    if not args.dry_run:  # a dry run changes nothing, on this host either
+        service.record(config, report)
     decision = service.act(
         config, report, may_resume=args.all and not args.only, dry_run=args.dry_run
     )

@@ -236,6 +236,7 @@ def main() -> int:
         scenario_lemon(demo)
     finally:
         demo.reset()
+        shutil.rmtree(demo.workdir, ignore_errors=True)
     print('\nThe cluster stays up. Use it:  eval "$(slurm-triage devcluster env)"')
     print("Stop it:  slurm-triage devcluster down")
     return 0
