@@ -109,3 +109,20 @@ def job_devices(
         # The whole node is visible and sysfs said nothing: NVML's index is Slurm's id.
         return {i: i for i in ids if i < len(devices)}
     return chosen
+
+
+@dataclass(frozen=True)
+class JobScope:
+    """What of the node a Prolog's job has: its GPUs (Slurm ids), or the whole node."""
+
+    gpu_ids: tuple[int, ...] | None  # SLURM_JOB_GPUS; None: Slurm gave the job no GPUs
+    whole_node: bool  # exclusive: no other job shares the node
+
+
+def job_scope(env: Mapping[str, str]) -> JobScope:
+    """The scope the Prolog's environment describes (slurm.conf Prolog, prolog_epilog.html):
+    SLURM_JOB_GPUS for the GPUs; SLURM_JOB_OVERSUBSCRIBE=NO (Slurm 23.02+) or
+    SLURM_JOB_EXCLUSIVE=NODE|TOPO for a job that has the node to itself."""
+    exclusive = env.get("SLURM_JOB_EXCLUSIVE", "").strip().upper() in ("NODE", "TOPO")
+    no_sharing = env.get("SLURM_JOB_OVERSUBSCRIBE", "").strip().upper() == "NO"
+    return JobScope(slurm_gpu_ids(env, ("SLURM_JOB_GPUS",)), exclusive or no_sharing)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_triage.config import HealthConfig
+from slurm_triage.gpu_ids import JobScope, NvmlDevice, canonical_bus_id, job_devices
 from slurm_triage.health_checks.nvml_facts import GpuFacts, NvmlFacts
 from slurm_triage.health_checks.result import (
     Action,
@@ -405,14 +406,36 @@ def check_thermal(facts: NvmlFacts, config: HealthConfig, **_: Any) -> CheckResu
     return ok(name, "no hardware slowdown")
 
 
-def check_processes(facts: NvmlFacts, mode: str, **_: Any) -> CheckResult:
-    """Before a job starts (prolog), no compute process may hold a GPU."""
+def check_processes(
+    facts: NvmlFacts,
+    mode: str,
+    pci_bus_ids: Sequence[str] = (),
+    config: HealthConfig | None = None,
+    job: JobScope | None = None,
+    **_: Any,
+) -> CheckResult:
+    """Before a job starts (prolog), no compute process may hold one of its GPUs.
+
+    Only the job's GPUs (SLURM_JOB_GPUS, matched to NVML devices by gpu_ids.py): on a
+    shared node the other GPUs belong to jobs that are running. A job Slurm gave no GPUs
+    is checked on every GPU only when it has the node to itself; `job` None (not run by a
+    Prolog) means the whole node."""
     name = "gpu.processes"
     if mode != "prolog":
         return skipped(name, "only meaningful before a job starts (prolog)")
     if (early := _nvml_unusable(name, facts)) is not None:
         return early
-    for g in _usable(facts):
+    gpus = _usable(facts)
+    if job is not None and job.gpu_ids is None and not job.whole_node:
+        return skipped(name, "the job has no GPUs on this shared node (SLURM_JOB_GPUS unset)")
+    if job is not None and job.gpu_ids is not None:
+        order = config.slurm_gpu_order if config is not None else "pci_bus"
+        devices = [NvmlDevice(g.index, canonical_bus_id(g.bus_id), g.minor) for g in gpus]
+        mine = job_devices(job.gpu_ids, devices, pci_bus_ids, order)
+        if job.gpu_ids and not mine:
+            return unknown(name, f"none of the job's GPUs {list(job.gpu_ids)} found in NVML")
+        gpus = [g for g in gpus if g.index in mine]
+    for g in gpus:
         if g.processes:
             return fail(
                 name,
@@ -422,7 +445,8 @@ def check_processes(facts: NvmlFacts, mode: str, **_: Any) -> CheckResult:
                 gpu=g.index,
                 pids=list(g.processes),
             )
-    return ok(name, "no compute processes on any GPU")
+    where = "any GPU" if job is None or job.gpu_ids is None else f"the job's {len(gpus)} GPUs"
+    return ok(name, f"no compute processes on {where}")
 
 
 def counters(facts: NvmlFacts) -> dict[str, dict[str, int]]:

@@ -78,10 +78,10 @@ CHECKS: tuple[CheckSpec, ...] = (
     ),
     CheckSpec(
         "gpu.processes",
-        ("nvml",),
+        ("nvml", "pci"),
         gpu.check_processes,
         True,
-        "no stray compute process holds a GPU before a job (prolog only)",
+        "no stray compute process holds one of the job's GPUs before it starts (prolog only)",
     ),
     CheckSpec(
         "ib.ports",

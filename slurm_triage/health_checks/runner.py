@@ -20,6 +20,7 @@ from typing import Any
 
 from slurm_triage.config import Config, HealthConfig
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
+from slurm_triage.gpu_ids import JobScope
 from slurm_triage.health_checks import aer, app_xids, gpu, infiniband, kernel_log, mounts
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
@@ -217,6 +218,7 @@ class Run:
     node: str = field(default_factory=node_name)
     stop_on_hard_failure: bool = False
     deadline_s: float | None = None
+    job: JobScope | None = None  # the Prolog's job: gpu.processes looks at its GPUs only
 
     def execute(self) -> RunReport:
         started_wall, started = time.time(), time.monotonic()
@@ -227,6 +229,7 @@ class Run:
             "previous": load_previous(self.config, self.node),
             "now": started_wall,
             "mode": self.mode,
+            "job": self.job,
             # Which job each application-XID burst belongs to, as the Epilogs recorded it.
             "app_xid_claims": app_xids.read_claims(
                 app_xids.ledger_path(self.config.paths.state_dir, self.node)

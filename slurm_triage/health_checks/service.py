@@ -11,11 +11,13 @@ to the Prometheus textfile.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_triage.config import Config
+from slurm_triage.gpu_ids import JobScope, job_scope
 from slurm_triage.health_checks import registry
 from slurm_triage.health_checks.actions import (
     FAILING_MARK,
@@ -50,6 +52,7 @@ def run_checks(
     only: list[str] | None = None,
     everything: bool = False,
     node: str | None = None,
+    job: JobScope | None = None,
 ) -> RunReport:
     specs = registry.select(only, everything)
     prolog = mode == "prolog"
@@ -60,6 +63,7 @@ def run_checks(
         node=node_name(node),
         stop_on_hard_failure=prolog,
         deadline_s=config.health.prolog_deadline_s if prolog else None,
+        job=job,
     ).execute()
 
 
@@ -141,7 +145,8 @@ def _log_report(report: RunReport) -> None:
 def prolog(config: Config) -> int:
     """Prolog= : the fast screen. Non-zero only for a hard failure on this node."""
     _prepare_job_dir(config)
-    report = run_checks(config, mode="prolog")
+    # The job's GPUs (SLURM_JOB_GPUS): on a shared node the others are other jobs'.
+    report = run_checks(config, mode="prolog", job=job_scope(os.environ))
     _log_report(report)
     record(config, report)
     if not report.failures:
