@@ -108,7 +108,9 @@ class HealthConfig:
     app_xid_repeats: int = field(default=3, metadata=_range(1, 1000))
     app_xid_burst_gap_s: float = field(default=5.0, metadata=_range(0, 600))
     sysfs_root: str = "/sys"
-    ib_ports: tuple[str, ...] = ()  # "mlx5_0:1"; empty: every port found
+    # HCA ports that must be up, any link layer. Empty: the InfiniBand ports of physical
+    # functions that were up at baseline (RoCE, VFs, never-cabled ports are left alone).
+    ib_ports: tuple[str, ...] = ()  # "mlx5_0:1"; empty: InfiniBand ports up at baseline
     ib_rate_gbps: float = field(default=0.0, metadata=_range(0, 10000))  # 0: rate not checked
     mounts: tuple[str, ...] = ()
     mountinfo: str = "/proc/self/mountinfo"

@@ -75,9 +75,9 @@ def _undated_xids(events: Sequence[KernelEvent]) -> int:
     return sum(1 for e in events if e.time is None and e.event in kinds)
 
 
-# When several XIDs ask for different things, the node needs the most: a person before a
-# reboot before a reset (a reboot resets every GPU; a reset does not reboot).
-_RANK = {Action.RMA: 4, Action.REBOOT: 3, Action.DRAIN_NOW: 2, Action.RESET_GPU: 1}
+# When several XIDs ask for different things, the node needs the most: a person (RMA, an
+# inspection) before a reboot before a reset (a reboot resets every GPU, not the reverse).
+_RANK = {Action.RMA: 4, Action.DRAIN_NOW: 3, Action.REBOOT: 2, Action.RESET_GPU: 1}
 
 
 def _latest_recovery_only(events: Sequence[KernelEvent]) -> list[KernelEvent]:
