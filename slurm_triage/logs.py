@@ -135,5 +135,9 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def get_logger(**bound: Any) -> Any:
-    """A structlog logger; bind constant context (job id, node) as keyword fields."""
-    return structlog.get_logger().bind(**bound) if bound else structlog.get_logger()
+    """A structlog logger; bind constant context (job id, node) as keyword fields.
+
+    Lazy: it takes the configuration in force when it logs, not the one when it was made,
+    so a module-level logger (made at import, before `setup_logging`) still writes JSON to
+    the configured file rather than console text to stdout."""
+    return structlog.get_logger(**bound)

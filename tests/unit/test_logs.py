@@ -114,3 +114,23 @@ def test_wrap_with_an_unwritable_log_file_keeps_the_job_output_clean(tmp_path: P
     assert (result.returncode, result.stdout) == (3, "hi\n")
     assert "log_file_unwritable" not in result.stderr
     assert not any(line.lstrip().startswith("{") for line in result.stderr.splitlines())
+
+
+def test_a_logger_made_before_setup_follows_the_configuration() -> None:
+    """Module-level loggers (`log = get_logger(component=...)` at import) are made before
+    `setup_logging`; their lines must still go where the configuration says, as JSON."""
+    early = get_logger(component="slurm.cli")
+    pipe = io.StringIO()
+    setup_logging(LoggingConfig(level="info", format="json"), stream=pipe)
+    early.info("node_drained", node="node2")
+    (line,) = pipe.getvalue().splitlines()
+    record = json.loads(line)
+    assert (record["event"], record["component"], record["node"]) == (
+        "node_drained",
+        "slurm.cli",
+        "node2",
+    )
+    quiet = io.StringIO()
+    setup_logging(LoggingConfig(level="warning", format="json"), stream=quiet)
+    early.info("node_resumed", node="node2")
+    assert quiet.getvalue() == ""
