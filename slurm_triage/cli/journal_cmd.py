@@ -72,16 +72,32 @@ def _history(args: argparse.Namespace, context: Any) -> int:
         print("no decisions recorded" + (f" for job {args.job}" if args.job else ""))
         return 0
     for row in rows:
-        print(
-            f"{_when(row.decided_at)}  job {row.job_id} run {row.restart}  {row.state or '?'}"
-            f"  cause {row.cause}  blamed {','.join(row.blamed) or '-'}  -> {row.action}"
-            f"{'  excluded ' + ','.join(row.excluded) if row.excluded else ''}"
-            f"{'  drained ' + ','.join(row.drained) if row.drained else ''}"
-            f"  [{row.outcome}]"
-        )
+        print(history_line(row))
         for reason in row.reasons:
             print(f"      - {reason}")
     return 0
+
+
+def history_line(row: Any) -> str:
+    """One decision on one line. Nodes are "blamed" for node faults only; a user's error
+    merely happened "on" them."""
+    where = "blamed" if _faults_nodes(row.cause or "") else "on"
+    return (
+        f"{_when(row.decided_at)}  job {row.job_id} run {row.restart}  {row.state or '?'}"
+        f"  cause {row.cause}  {where} {','.join(row.blamed) or '-'}  -> {row.action}"
+        f"{'  excluded ' + ','.join(row.excluded) if row.excluded else ''}"
+        f"{'  drained ' + ','.join(row.drained) if row.drained else ''}"
+        f"  [{row.outcome}]"
+    )
+
+
+def _faults_nodes(cause: str) -> bool:
+    from slurm_triage.taxonomy import Domain, info, parse_cause
+
+    try:
+        return info(parse_cause(cause)).domain in (Domain.HARDWARE, Domain.INFRASTRUCTURE)
+    except ValueError:
+        return True
 
 
 def _lemons(args: argparse.Namespace, context: Any) -> int:

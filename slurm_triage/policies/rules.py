@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from slurm_triage.config import PolicyConfig
 from slurm_triage.policies.model import Decision, Family, Policy, PolicyInput, Verdict, family
-from slurm_triage.taxonomy import Action, Cause, Condition, info
+from slurm_triage.taxonomy import Action, Cause, Condition, Domain, info
 
 OPT_IN_TOKEN = "triage:requeue"
 RESUMABLE_TOKEN = "triage:resumable"
@@ -32,6 +32,8 @@ def cause_defaults(config: PolicyConfig) -> Policy:
             else cause_info.action is not Action.NONE
         )
         if not wants:
+            if cause_info.domain is Domain.NONE:
+                return d.but(f"{name}: nothing to do")
             return d.but(f"{name}: {cause_info.domain.value} cause, not requeued")
         if cause_info.condition is Condition.IF_RESUMABLE and RESUMABLE_TOKEN not in g.job.comment:
             return d.but(f"{name}: requeued only for resumable jobs (--comment {RESUMABLE_TOKEN})")
@@ -118,13 +120,16 @@ def requeue_budget(config: PolicyConfig) -> Policy:
             return d.but(
                 f"requeue budget spent ({total} of {config.max_requeues}): held",
                 verdict=Verdict.HOLD,
+                budget_spent="total",
             )
         fam = family(g.cause, g.domain)
         limit = limits.get(fam)
         used = sum(1 for p in ours if p.family is fam)
         if limit is not None and used >= limit:
             return d.but(
-                f"{fam.value} requeue budget spent ({used} of {limit}): held", verdict=Verdict.HOLD
+                f"{fam.value} requeue budget spent ({used} of {limit}): held",
+                verdict=Verdict.HOLD,
+                budget_spent=fam.value,
             )
         return d
 

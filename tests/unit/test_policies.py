@@ -274,3 +274,12 @@ def test_policies_compose_left_to_right() -> None:
     assert d.verdict is Verdict.HOLD and d.reasons[-1] == "site rule"
     assert "never_on_fridays" in repr(chain)
     assert rules.cause_defaults(CONFIG)(given()).verdict is Verdict.REQUEUE
+
+
+def test_a_completed_job_has_nothing_to_do() -> None:
+    """Issue 17.6: the reason for a clean end reads "completed: nothing to do", not
+    "completed: none cause, not requeued"."""
+    d = default_chain(CONFIG)(given(cause=Cause.COMPLETED, blamed=()))
+    assert d.reasons == ("completed: nothing to do",)
+    user = default_chain(CONFIG)(given(cause=Cause.USER_CODE, blamed=()))
+    assert user.reasons == ("user_code: user cause, not requeued",)
