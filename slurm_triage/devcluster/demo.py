@@ -110,7 +110,7 @@ def scenario_gpu_lost(demo: Demo) -> None:
     _wait(lambda: (demo.workdir / "ckpt-rank0.json").exists(), 60, "a checkpoint")
     time.sleep(1.0)
     bad = running.nodes[-1]
-    print(f"   injecting XID 79 on {bad} GPU 3 (slurm-triage inject --node {bad} xid=79)")
+    print(f"   $ slurm-triage inject --node {bad} xid=79 --gpu 3   # the GPU falls off the bus")
     inject(NodeEstate(demo.layout.simulate_root, bad), "xid", 79, gpu=3)
     injected = time.monotonic()
 
@@ -119,9 +119,19 @@ def scenario_gpu_lost(demo: Demo) -> None:
         return job if job.restart_count >= 1 and bad in job.excluded_nodes else None
 
     requeued = _wait(requeued_without_bad, 60, "the requeue with exclusion")
+    pending_s = time.monotonic() - injected
     print(
-        f"   {time.monotonic() - injected:.1f}s after the fault: job requeued "
-        f"(restart {requeued.restart_count}), excluding {','.join(requeued.excluded_nodes)}"
+        f"   fault -> pending again: {pending_s:.1f} s (restart {requeued.restart_count}, "
+        f"excluding {','.join(requeued.excluded_nodes)}); Slurm holds it back for cred_expire"
+    )
+
+    def running_again() -> JobInfo | None:
+        job = demo.job(job_id)
+        return job if job.restart_count >= 1 and job.state is JobState.RUNNING else None
+
+    again = _wait(running_again, 120, "the requeued job to run")
+    print(
+        f"   fault -> running again on {','.join(again.nodes)}: {time.monotonic() - injected:.1f} s"
     )
 
     # Slurm drained it first ("Epilog error": our Epilog failed on it); the decision then
