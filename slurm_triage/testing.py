@@ -55,6 +55,7 @@ MUTATING = frozenset(
         "set_excluded_nodes",
         "set_begin_time",
         "set_admin_comment",
+        "set_accounted_admin_comment",
         "drain",
         "set_node_comment",
         "resume",
@@ -339,6 +340,17 @@ class FakeDoor(SlurmDoor):
         if job.state.finished:
             raise InvalidJobState(f"scontrol update JobId={job_id} ...: Job has already finished")
         self.jobs[job_id] = replace(job, admin_comment=text)
+
+    def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
+        """As sacctmgr: the latest run's record in accounting; its value lowercased and its
+        quotes turned into backticks (strip_quotes in sacctmgr/common.c)."""
+        self._enter("set_accounted_admin_comment", job_id, text)
+        if "\n" in text:
+            raise SlurmCommandError("AdminComment must be one line")
+        if job_id not in self.accounting:
+            raise SlurmCommandError(f"sacctmgr modify job {job_id}: Nothing modified")
+        mangled = text.lower().replace('"', "`").replace("'", "`")
+        self.accounting[job_id] = replace(self.accounting[job_id], admin_comment=mangled)
 
     def drain(self, node: str, reason: str) -> None:
         self._enter("drain", node, reason)

@@ -166,6 +166,23 @@ class CliDoor(SlurmDoor):
             raise SlurmCommandError("AdminComment must be one line")
         self._runner.run(["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"])
 
+    def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
+        if "\n" in text:
+            raise SlurmCommandError("AdminComment must be one line")
+        # sacctmgr answers "Nothing modified" with rc 1 for an unknown job (a runner error).
+        self._runner.run(
+            [
+                "sacctmgr",
+                "-i",
+                "modify",
+                "job",
+                "where",
+                f"JobID={job_id}",
+                "set",
+                f"AdminComment={text}",
+            ]
+        )
+
     def drain(self, node: str, reason: str) -> None:
         reason = " ".join(reason.split())[:MAX_REASON_CHARS]
         if not reason:

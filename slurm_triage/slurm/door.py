@@ -73,6 +73,12 @@ class SlurmDoor(abc.ABC):
         """Replace the job's AdminComment (kept in accounting with slurmdbd)."""
 
     @abc.abstractmethod
+    def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
+        """Replace the AdminComment of the job's latest run in accounting (slurmdbd), for a
+        job slurmctld no longer lets us update (it has ended). `sacctmgr` lowercases the
+        value and turns quotes into backticks: write text that survives that."""
+
+    @abc.abstractmethod
     def drain(self, node: str, reason: str) -> None:
         """Drain a node: running jobs finish, no new ones start; reason is required."""
 

@@ -230,6 +230,15 @@ class PyslurmDoor(SlurmDoor):
             return
         self._modify_job("admin_comment", job_id, admin_comment=text)
 
+    def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
+        if "\n" in text:
+            raise SlurmCommandError("AdminComment must be one line")
+
+        def modify() -> None:
+            self._ps.db.Job(job_id).modify(self._ps.db.Job(admin_comment=text))
+
+        self._call("accounted_admin_comment", modify)
+
     def _modify_job(self, what: str, job_id: int, **change: Any) -> None:
         def modify() -> None:
             self._ps.Job(job_id).modify(self._ps.JobSubmitDescription(**change))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_triage.slurm.cli_backend import CliDoor
-from slurm_triage.slurm.errors import NodeNotFound, SlurmOutputError
+from slurm_triage.slurm.errors import NodeNotFound, SlurmCommandError, SlurmOutputError
 from slurm_triage.slurm.model import JobState
 from slurm_triage.slurm.parse import SACCT_DELIMITER, SACCT_FIELDS
 from slurm_triage.slurm.runner import Runner
@@ -22,7 +22,7 @@ def _fake_slurm(bin_dir: Path, version: str, answers: dict[str, str]) -> tuple[C
     """scontrol/sinfo that print `slurm VERSION` for --version and the fixture named for
     their exact argv; anything else fails the way Slurm does (rc 1, a line on stderr)."""
     log = bin_dir / "argv.log"
-    for command in ("scontrol", "sinfo", "sacct"):
+    for command in ("scontrol", "sinfo", "sacct", "sacctmgr"):
         cases = [f'  "--version") echo "slurm {version}" ;;']
         cases += [
             f"  {shlex.quote(argv.removeprefix(command + ' '))}) cat {shlex.quote(str(path))} ;;"
@@ -161,3 +161,15 @@ def test_a_job_json_no_longer_knows_is_read_from_accounting(tmp_path: Path) -> N
     )
     assert door.job(14).source == "sacct"
     assert _calls(log)[1:] == ["scontrol --json show job 14", sacct]
+
+
+def test_accounted_admin_comment_goes_through_sacctmgr(tmp_path: Path) -> None:
+    """An ended job's AdminComment is set in accounting, as one argv element (no shell),
+    with -i so sacctmgr does not wait 30 s for a 'commit?' answer."""
+    text = "triage: cause=user_code action=record_only on=node1 n=0"
+    argv = f"sacctmgr -i modify job where JobID=8 set AdminComment={text}"
+    door, log = _fake_slurm(tmp_path, "22.05.8", {argv: "/dev/null"})
+    door.set_accounted_admin_comment(8, text)
+    assert _calls(log) == [argv]
+    with pytest.raises(SlurmCommandError, match="one line"):
+        door.set_accounted_admin_comment(8, "a\nb")
