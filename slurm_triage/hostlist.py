@@ -77,6 +77,51 @@ def expand(expression: str) -> list[str]:
     return list(names)
 
 
+def contains(expression: str, name: str) -> bool:
+    """Whether `name` is one of the hosts of `expression`, the same answer as
+    `name in expand(expression)` without expanding a bracket of one range (node[1-1024]
+    is a comparison of numbers, not 1024 strings)."""
+    expression = (expression or "").strip()
+    if expression in ("", "(null)", "None"):
+        return False
+    for part in _split_top_level(expression):
+        start = part.find("[")
+        if start < 0:
+            if part == name:
+                return True
+            continue
+        end = part.find("]", start)
+        if end < 0:
+            raise HostlistError(f"unbalanced '[' in {expression!r}")
+        head, body, tail = part[:start], part[start + 1 : end], part[end + 1 :]
+        if "[" in tail:
+            if name in _expand_one(part, expression):
+                return True
+            continue
+        if not (name.startswith(head) and name.endswith(tail)):
+            continue
+        middle = name[len(head) : len(name) - len(tail)]
+        if middle.isdigit() and middle.isascii() and _in_ranges(middle, body, expression):
+            return True
+    return False
+
+
+def _in_ranges(value: str, body: str, expression: str) -> bool:
+    """Whether the digits `value` are one of the values _expand_ranges(body) gives."""
+    number = int(value)
+    for item in body.split(","):
+        match = _RANGE.match(item.strip())
+        if not match:
+            raise HostlistError(f"bad range {item!r} in {expression!r}")
+        low_text, high_text = match.group(1), match.group(2) or match.group(1)
+        if int(high_text) < int(low_text):
+            raise HostlistError(f"bad or too large range {item!r} in {expression!r}")
+        width = len(low_text) if low_text.startswith("0") else 0
+        if int(low_text) <= number <= int(high_text) and value == str(number).zfill(width):
+            return True
+    return False
+
+
 def compress(names: Iterable[str]) -> str:
     """The shortest usual hostlist for names: `node[1-3,7]`; input order does not matter."""
     groups: dict[tuple[str, int], set[int]] = {}

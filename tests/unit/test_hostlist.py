@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_triage.hostlist import HostlistError, compress, expand
+from slurm_triage.hostlist import HostlistError, compress, contains, expand
 
 
 @pytest.mark.parametrize(
@@ -49,3 +49,40 @@ def test_compress_then_expand_is_identity(numbers: set[int], prefix: str) -> Non
     """Any set of names survives compress followed by expand."""
     names = {f"{prefix}{n}" for n in numbers}
     assert set(expand(compress(names))) == names
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["node", "gpu-a", "r1n", "x"]),
+            st.integers(min_value=0, max_value=120),
+            st.integers(min_value=0, max_value=40),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["node", "gpu-a", "r1n", "x", "nodex"]),
+    st.integers(min_value=0, max_value=200),
+    st.booleans(),
+)
+def test_contains_agrees_with_expand(
+    parts: list[tuple[str, int, int, bool]], prefix: str, number: int, padded: bool
+) -> None:
+    """contains(expr, name) is `name in expand(expr)` for bracketed, padded and plain
+    parts, without expanding them."""
+    texts = []
+    for head, low, span, pad in parts:
+        width = 3 if pad else 0
+        low_text, high_text = str(low).zfill(width), str(low + span).zfill(width)
+        texts.append(f"{head}[{low_text}-{high_text}]" if span else f"{head}{low_text}")
+    expression = ",".join(texts)
+    name = f"{prefix}{str(number).zfill(3) if padded else number}"
+    assert contains(expression, name) == (name in expand(expression))
+
+
+def test_contains_of_nested_and_empty_lists() -> None:
+    """Two brackets in one part fall back to expansion; empty lists contain nothing."""
+    assert contains("r[1-2]n[1-2]", "r2n1") and not contains("r[1-2]n[1-2]", "r3n1")
+    assert not contains("None assigned", "node1") and not contains("", "node1")
+    assert contains("node[1-1024]", "node1000") and not contains("node[1-1024]", "node01")
