@@ -12,8 +12,10 @@ from datetime import datetime
 import numpy as np
 import polars as pl
 
-from slurm_triage.analytics import metrics, model, runs
-from slurm_triage.analytics.ingest import Accounting, attribute
+from slurm_triage.analytics import metrics, model, node_events, runs
+from slurm_triage.analytics.attribution_join import attribute
+from slurm_triage.analytics.ingest import Accounting
+from slurm_triage.analytics.node_events import NodeEvents
 from slurm_triage.analytics.simulate import simulate
 from slurm_triage.analytics.stats import RateInterval
 
@@ -21,6 +23,12 @@ from slurm_triage.analytics.stats import RateInterval
 PAPER_RF = 6.5e-3
 ETTR_INTERVALS_MIN = (5.0, 15.0, 30.0, 60.0)
 SIMULATED_GPUS = (1024, 4096, 16_384, 65_536, 131_072)
+# The ETTR-vs-interval view: intervals from 1 minute to a day, at the largest power-of-two
+# job size inside the closed form's valid regime and at a quarter and a sixteenth of it.
+INTERVAL_VIEW_MIN = (1.0, 1440.0)
+INTERVAL_VIEW_FRACTIONS = (16, 4, 1)
+# How many distinct node-event reasons the report lists.
+TOP_REASONS = 12
 SIM_WORK_DAYS = 3.0
 # A measured r_f drives the model curves only from this many failures on (the exact 95%
 # interval is then within about a factor of 2.4); below it the paper's rate is used.
@@ -45,6 +53,32 @@ class ReportOptions:
 
 
 @dataclass(frozen=True)
+class Attempts:
+    """The ended attempts every metric reads (attributed, node events joined), and what
+    the node events explained (one row per attempt, node_events.JOINED_SCHEMA)."""
+
+    done: pl.DataFrame
+    joined: pl.DataFrame
+    events: NodeEvents | None
+
+
+@dataclass(frozen=True)
+class EventsSummary:
+    """What the node events did: where from, how many, how many attempts they explained,
+    the most frequent reasons, and the REQUEUED attempts still unexplained."""
+
+    source: str | None
+    read: int
+    out_of_service: int
+    unparsable: int
+    explained_failures: int  # REQUEUED/FAILED attempts made failures by an event
+    hinted_node_fails: int  # NODE_FAIL attempts whose cause an event named
+    reasons: pl.DataFrame
+    unattributed_requeued: int
+    unattributed_requeued_gpu_hours: float
+
+
+@dataclass(frozen=True)
 class Summary:
     """Everything computed from the cube of attempts: all the plots need (the job-run
     tables, which take longest, are in Analysis)."""
@@ -53,10 +87,16 @@ class Summary:
     options: ReportOptions
     rows: int
     bad_lines: int
+    steps: int
+    columns: str
     ended_rows: int
     first_submit: datetime | None
+    first_end: datetime | None
     last_end: datetime | None
     gpu_hours: float
+    events: EventsSummary
+    failure_sources: pl.DataFrame
+    rf_by_cause: pl.DataFrame
     state_mix: pl.DataFrame
     taxonomy: pl.DataFrame
     domains: pl.DataFrame
@@ -69,6 +109,8 @@ class Summary:
     over_time: pl.DataFrame
     ettr_curves: pl.DataFrame
     ettr_simulated: pl.DataFrame
+    ettr_intervals: pl.DataFrame
+    ettr_optimum: pl.DataFrame
 
 
 @dataclass(frozen=True)
@@ -84,33 +126,50 @@ def analyse(
     accounting: Accounting,
     options: ReportOptions | None = None,
     attributions: pl.LazyFrame | None = None,
+    events: NodeEvents | None = None,
 ) -> Analysis:
-    """Attribute, then compute every metric of the report."""
+    """Attribute, join node events, then compute every metric of the report."""
     options = options or ReportOptions()
-    done = ended_attempts(accounting, attributions)
-    return complete(summarise(accounting, done, options), run_tables(done, options))
+    attempts = ended_attempts(accounting, attributions, events)
+    return complete(summarise(accounting, attempts, options), run_tables(attempts.done, options))
 
 
-def ended_attempts(accounting: Accounting, attributions: pl.LazyFrame | None) -> pl.DataFrame:
-    """The attributed attempts that have an outcome: what every metric reads."""
-    return metrics.ended(attribute(accounting.attempts, attributions))
+def ended_attempts(
+    accounting: Accounting,
+    attributions: pl.LazyFrame | None,
+    events: NodeEvents | None = None,
+) -> Attempts:
+    """The attributed attempts that have an outcome, node events joined: what every
+    metric reads."""
+    done = metrics.ended(attribute(accounting.attempts, attributions))
+    done, joined = node_events.join(done, events)
+    return Attempts(done, joined, events)
 
 
-def summarise(accounting: Accounting, done: pl.DataFrame, options: ReportOptions) -> Summary:
+def summarise(accounting: Accounting, attempts: Attempts, options: ReportOptions) -> Summary:
     """Every metric but the job runs, from one aggregation of the attempts."""
+    done = attempts.done
     table = metrics.cube(done, options.min_gpus, options.assume.ckpt_interval_min)
     rf = metrics.failure_rate(table, options.confidence)
     model_rf, rf_source = _model_rf(options, rf, table)
-    span = done.select(pl.col("submit").min(), pl.col("end").max()).row(0)
+    ends = pl.col("end")
+    span = done.select(pl.col("submit").min(), ends.min().alias("a"), ends.max().alias("b")).row(0)
+    layout = accounting.layout
     return Summary(
         source=accounting.source,
         options=options,
         rows=accounting.attempts.height,
         bad_lines=accounting.bad_lines,
+        steps=accounting.steps,
+        columns=layout.describe() if layout is not None else "",
         ended_rows=done.height,
         first_submit=span[0],
-        last_end=span[1],
+        first_end=span[1],
+        last_end=span[2],
         gpu_hours=float(table["gpu_hours"].sum()),
+        events=_events_summary(attempts),
+        failure_sources=metrics.failure_sources(table),
+        rf_by_cause=metrics.rf_by_cause(table, options.confidence),
         state_mix=metrics.state_mix(table),
         taxonomy=metrics.taxonomy(table),
         domains=metrics.domains(table),
@@ -120,9 +179,35 @@ def summarise(accounting: Accounting, done: pl.DataFrame, options: ReportOptions
         model_rf_source=rf_source,
         mttf=metrics.mttf_by_size(table, model_rf, options.confidence),
         goodput=metrics.goodput_loss(table),
-        over_time=metrics.over_time(table),
+        over_time=metrics.over_time(table, span[1], span[2]),
         ettr_curves=ettr_curves(model_rf, options),
         ettr_simulated=ettr_simulated(model_rf, options),
+        ettr_intervals=ettr_intervals(model_rf, options),
+        ettr_optimum=ettr_optimum(model_rf, options),
+    )
+
+
+def _events_summary(attempts: Attempts) -> EventsSummary:
+    events, joined, done = attempts.events, attempts.joined, attempts.done
+    count, hours = node_events.unattributed_requeues(done)
+    sources = done["failure_source"].gather(joined["row"]) if joined.height else None
+    explained = int((sources == "node_event").sum()) if sources is not None else 0
+    reasons = (
+        joined.group_by("reason", "hint")
+        .agg(pl.len().alias("attempts"))
+        .sort("attempts", "reason", descending=[True, False])
+        .head(TOP_REASONS)
+    )
+    return EventsSummary(
+        source=events.source if events else None,
+        read=events.read if events else 0,
+        out_of_service=events.out_of_service if events else 0,
+        unparsable=events.unparsable if events else 0,
+        explained_failures=explained,
+        hinted_node_fails=joined.height - explained,
+        reasons=reasons,
+        unattributed_requeued=count,
+        unattributed_requeued_gpu_hours=hours,
     )
 
 
@@ -132,8 +217,22 @@ def run_tables(done: pl.DataFrame, options: ReportOptions) -> dict[str, object]:
     return {
         "job_runs": job_runs.height,
         "ettr_by_size": runs.ettr_by_size(job_runs),
-        "largest_runs": runs.largest_runs(job_runs),
+        "largest_runs": _labelled(runs.largest_runs(job_runs), done),
     }
+
+
+def _labelled(largest: pl.DataFrame, done: pl.DataFrame) -> pl.DataFrame:
+    """The largest runs named as sacct named them: JobIDRaw, or the JobID text (13_1)
+    where the key had to be made from it."""
+    labels = (
+        done.filter(pl.col("job_raw").is_in(largest["job_raw"].implode()))
+        .filter(pl.col("job_label").is_not_null())
+        .unique("job_raw")
+        .select("job_raw", "job_label")
+    )
+    named = largest.join(labels, on="job_raw", how="left", maintain_order="left")
+    job = pl.coalesce("job_label", pl.col("job_raw").cast(pl.String)).alias("job_raw")
+    return named.with_columns(job).drop("job_label")
 
 
 def complete(summary: Summary, tables: dict[str, object]) -> Analysis:
@@ -167,14 +266,57 @@ def _job(gpus: float, interval: float, rf: float, options: ReportOptions) -> mod
 
 
 def ettr_curves(rf: float, options: ReportOptions) -> pl.DataFrame:
-    """Closed-form E[ETTR] from 8 to 131,072 GPUs for each checkpoint interval."""
+    """Closed-form E[ETTR] from 8 to 131,072 GPUs for each checkpoint interval, with
+    whether the form is valid there (MTTF >= 0.1 day)."""
     sizes = np.logspace(math.log10(8), math.log10(131_072), 60)
-    rows = [
-        (float(g), interval, model.expected_ettr(_job(g, interval, rf, options)))
-        for interval in ETTR_INTERVALS_MIN
-        for g in sizes
-    ]
-    return pl.DataFrame(rows, schema=["gpus", "ckpt_interval_min", "ettr"], orient="row")
+    rows = []
+    for interval in ETTR_INTERVALS_MIN:
+        for g in sizes:
+            job = _job(g, interval, rf, options)
+            rows.append(
+                (float(g), interval, model.expected_ettr(job), model.closed_form_valid(job))
+            )
+    schema = ["gpus", "ckpt_interval_min", "ettr", "valid"]
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def ettr_intervals(rf: float, options: ReportOptions) -> pl.DataFrame:
+    """Closed-form E[ETTR] against the checkpoint interval at a few job sizes (the write
+    time w is what makes checkpointing more often cost something)."""
+    low, high = (math.log10(m) for m in INTERVAL_VIEW_MIN)
+    intervals = np.logspace(low, high, 80)
+    rows = []
+    for gpus in interval_view_gpus(rf, options):
+        for interval in intervals:
+            job = _job(gpus, float(interval), rf, options)
+            rows.append(
+                (gpus, float(interval), model.expected_ettr(job), model.closed_form_valid(job))
+            )
+    schema = ["gpus", "ckpt_interval_min", "ettr", "valid"]
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def interval_view_gpus(rf: float, options: ReportOptions) -> tuple[int, ...]:
+    """Job sizes for the interval view where the closed form holds (MTTF >= 0.1 day)."""
+    edge = options.gpus_per_node / (model.VALID_MIN_MTTF_DAYS * rf)
+    top = 2 ** int(math.floor(math.log2(max(edge, 1.0))))
+    sizes = sorted({max(top // f, 1) for f in INTERVAL_VIEW_FRACTIONS})
+    return tuple(sizes)
+
+
+def ettr_optimum(rf: float, options: ReportOptions) -> pl.DataFrame:
+    """Young/Daly's interval sqrt(2 w / (N r_f)) and E[ETTR] there, per size of the
+    interval view; empty without a write time (w = 0: no optimum, checkpoint always)."""
+    schema = ["gpus", "young_daly_min", "ettr", "valid"]
+    if options.ckpt_write_s <= 0:
+        return pl.DataFrame(schema=dict.fromkeys(schema, pl.Float64))
+    rows = []
+    for gpus in interval_view_gpus(rf, options):
+        nodes = max(gpus / options.gpus_per_node, 1.0)
+        best = model.young_daly_interval_min(nodes, rf, options.ckpt_write_s)
+        job = _job(gpus, best, rf, options)
+        rows.append((float(gpus), best, model.expected_ettr(job), model.closed_form_valid(job)))
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def ettr_simulated(rf: float, options: ReportOptions) -> pl.DataFrame:

@@ -67,6 +67,17 @@ FAILURE_CAUSES = tuple(
 )
 
 
+# Where a failure was seen, each failure counted once, in this order: Slurm's own NODE_FAIL
+# state; our attribution (AdminComment or the journal) blaming a node; a node event of
+# Slurm's accounting (down, drained) on one of the attempt's nodes when it ended.
+FAILURE_SOURCES = ("none", "node_fail", "attribution", "node_event")
+SOURCE_DTYPE = pl.Enum(FAILURE_SOURCES)
+# Causes that a node event on the attempt's node overrides (TAXONOMY rule 1: hardware
+# evidence beats the symptoms it causes): no attribution, Slurm's bare node_failure, and
+# the cascades a dead node leaves on the other ranks. A user or scheduler cause stands.
+SYMPTOM_CAUSES = ("unknown", "node_failure", "nccl_timeout", "network", "hang")
+
+
 def state_name(state: JobState) -> str:
     """Our state bucket for one of Slurm's job states."""
     if state.value in ENDED_STATES:
@@ -102,8 +113,26 @@ def domain_expr(cause_column: str) -> pl.Expr:
     return pl.lit(lookup).gather(pl.col(cause_column).to_physical())
 
 
-def is_failure_expr() -> pl.Expr:
-    """The paper's failure: NODE_FAIL, or not COMPLETED with a node-blaming infra cause."""
+def blames_node_expr() -> pl.Expr:
+    """Whether each row's cause blames a node for a hardware or infrastructure reason."""
     blames = pl.Series([c in FAILURE_CAUSES for c in CAUSE_IDS], dtype=pl.Boolean)
-    blamed = pl.lit(blames).gather(pl.col("cause").to_physical())
-    return (pl.col("state") == "NODE_FAIL") | ((pl.col("state") != "COMPLETED") & blamed)
+    return pl.lit(blames).gather(pl.col("cause").to_physical())
+
+
+def failure_source_expr() -> pl.Expr:
+    """Where the paper's failure was seen, from state and cause: NODE_FAIL, or not
+    COMPLETED with a node-blaming infrastructure cause; `none` otherwise (node events are
+    joined later, by node_events.join)."""
+    attributed = (pl.col("state") != "COMPLETED") & blames_node_expr()
+    return (
+        pl.when(pl.col("state") == "NODE_FAIL")
+        .then(pl.lit("node_fail", SOURCE_DTYPE))
+        .when(attributed)
+        .then(pl.lit("attribution", SOURCE_DTYPE))
+        .otherwise(pl.lit("none", SOURCE_DTYPE))
+    )
+
+
+def is_failure_expr() -> pl.Expr:
+    """The paper's failure, from any source (the `failure_source` column)."""
+    return pl.col("failure_source") != "none"

@@ -1,7 +1,7 @@
 """Fetch the report's inputs: accounting from Slurm (`report --since`: sacct through the
-door's Runner) and attributions from our journal.
+door's Runner, node events through the door), and attributions from our journal.
 
-The sacct call is bounded like every Slurm call (own process group, killed at the
+The Slurm calls are bounded like every Slurm call (own process group, killed at the
 deadline), but with a generous deadline, since a year of accounting takes slurmdbd a while
 to stream. The journal is opened read-only, so a report never blocks the deciders.
 """
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import polars as pl
 
-from slurm_triage.analytics.ingest import ATTRIBUTION_SCHEMA, SACCT_FIELDS, IngestError
+from slurm_triage.analytics.attribution_join import ATTRIBUTION_SCHEMA
+from slurm_triage.analytics.node_events import NodeEvents, from_log
+from slurm_triage.analytics.sacct_layout import SACCT_FIELDS, IngestError
 from slurm_triage.config import SlurmConfig
 from slurm_triage.slurm.runner import Runner
 from slurm_triage.taxonomy import Cause, Domain, info
@@ -53,6 +55,16 @@ def fetch_sacct(config: SlurmConfig, since: datetime, until: datetime | None) ->
         resolve=_resolver(config.bin_dir),
     )
     return runner.run(sacct_argv(since, until)).stdout
+
+
+def fetch_node_events(config: SlurmConfig, since: datetime, until: datetime | None) -> NodeEvents:
+    """Node events of the period through the Slurm door (`sacctmgr show event`);
+    SlurmError (exit 3) when it fails."""
+    from slurm_triage.slurm import open_door
+
+    door = open_door(config, timeout_s=max(config.timeout_s, SACCT_TIMEOUT_MIN_S))
+    log = door.node_events(since, until)
+    return from_log(log, f"node events since {since:%Y-%m-%d %H:%M} ({door.name} door)")
 
 
 # The journal keys a decision by (job id, restart count before that end): attempt n+1.

@@ -1,26 +1,27 @@
-"""Read Slurm accounting into one typed polars frame of attempts (one row per sacct row).
+"""Read Slurm accounting into one typed polars frame of attempts (one row per job row).
 
-Input: what `sacct -a -D -X -n -P --delimiter='|' -o SACCT_FIELDS` prints on Slurm 22.05,
-optionally with its header line (sacct without -n), which then also fixes the column order.
-With `-D` every requeue is its own row with the same JobIDRaw, so a job run (a requeue
-chain of one logical job) is the set of rows sharing JobIDRaw. The frame comes back sorted
-by job_raw, a job's rows in file order (sacct lists a job's records oldest first), so the
-n-th row of a job is its n-th attempt.
+Input: `sacct -P` text with any reasonable column set (sacct_layout: JobIDRaw or JobID,
+ElapsedRaw or Elapsed, with or without AdminComment, with or without its header line).
+With `-D` every requeue is its own row with the same job id, so a job run (a requeue chain
+of one logical job) is the set of rows sharing it. The frame comes back sorted by job_raw,
+a job's rows in file order (sacct lists a job's records oldest first), so the n-th row of a
+job is its n-th attempt. Step rows (`13.batch`, `13.0`, `13.extern`: sacct without -X)
+are recognised by the dot in their id and dropped inside the scan, before any column is
+typed, so they cost neither memory nor parsing; they are counted (lines of the input that
+the scan did not return).
 
-Parsing: one lazy polars query (scan_csv with `|` as separator and quoting off, then typed
-columns), collected in one go, or by the streaming engine batch by batch when a progress
-bar watches. Only the columns the analysis needs are materialised. AdminComment
-is free text and may hold `|`; it is the last column, so the schema carries
-OVERFLOW_COLUMNS spare columns that catch the pieces (text after a sixth `|` is dropped),
-and a comment that was cut is glued back before its triage object is read. The other
-columns are Slurm's own and never contain `|`.
+Parsing: one lazy polars query, collected in one go, or by the streaming engine batch by
+batch when a progress bar watches. Only the columns the analysis needs are materialised.
+Free text may hold `|`. When the one free-text column is last (AdminComment in our own
+order), the schema carries OVERFLOW_COLUMNS spare columns that catch its pieces (text after
+a sixth `|` is dropped) and a cut comment is glued back before its triage object is read.
+When it sits in the middle (sacct's JobName is second by default), a field count per line
+is needed, which the CSV reader cannot give, so each line is read whole and split: about
+twice the time of the CSV path, on those layouts only.
 
-Attribution: a row's AdminComment may hold our decision as compact JSON,
+AdminComment may hold our decision as compact JSON,
 `{"triage":{"cause":"gpu_unavailable","nodes":[...],"action":"...","n":1}}` (cause first,
-as our writer puts it); `n` is the attempt the decision is about (a comment set after a
-requeue lands on the next row), and without `n` the comment is about its own row. A second
-source of attributions (the journal) joins the same way: a frame with columns job_raw,
-attempt, cause; it wins over AdminComment.
+as our writer puts it); attribution_join reads it.
 """
 
 from __future__ import annotations
@@ -32,26 +33,11 @@ from pathlib import Path
 import polars as pl
 
 from slurm_triage.analytics import causes
-from slurm_triage.errors import TriageError
+from slurm_triage.analytics.sacct_layout import SACCT_FIELDS, IngestError, SacctLayout, layout_from
 from slurm_triage.slurm.model import JobState
 
-SACCT_FIELDS = (
-    "JobID",
-    "JobIDRaw",
-    "State",
-    "ExitCode",
-    "Submit",
-    "Start",
-    "End",
-    "ElapsedRaw",
-    "NNodes",
-    "AllocTRES",
-    "NodeList",
-    "Partition",
-    "User",
-    "AdminComment",
-)
-REQUIRED_FIELDS = ("JobIDRaw", "State", "Submit", "Start", "End", "ElapsedRaw", "NNodes")
+__all__ = ["ATTEMPT_SCHEMA", "SACCT_FIELDS", "Accounting", "IngestError", "read_sacct_file"]
+
 OVERFLOW_COLUMNS = 6
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
@@ -64,6 +50,10 @@ _TRIAGE_CAUSE = r'"triage":\{"cause":"([A-Za-z_]+)"'
 # `n` is looked for anywhere in the comment: scoping it to the triage object costs a
 # backtracking scan per row, and n only counts on a row whose triage cause was found.
 _TRIAGE_N = r'"n":(\d+)[,}]'
+# sacct's Elapsed: secs2time_str in Slurm's src/common/parse_time.c, D-HH:MM:SS or HH:MM:SS.
+_ELAPSED = r"^(?:(?P<d>\d+)-)?(?P<h>\d+):(?P<m>\d\d):(?P<s>\d\d)$"
+# States whose rows keep their NodeList: the ones a node event can explain (events.py).
+NODE_EVENT_STATES = ("REQUEUED", "NODE_FAIL", "FAILED")
 
 ATTEMPT_SCHEMA = {
     "job_raw": pl.Int64,
@@ -75,11 +65,8 @@ ATTEMPT_SCHEMA = {
     "gpus": pl.Int32,
     "comment_cause": pl.String,
     "comment_n": pl.Int32,
-}
-ATTRIBUTION_SCHEMA: dict[str, pl.DataType] = {
-    "job_raw": pl.Int64(),
-    "attempt": pl.Int32(),
-    "cause": pl.String(),
+    "nodelist": pl.String,  # only on rows in NODE_EVENT_STATES
+    "job_label": pl.String,  # the JobID text where job_raw had to be made from it
 }
 
 Progress = Callable[[int, int], None]
@@ -87,24 +74,27 @@ Progress = Callable[[int, int], None]
 
 BATCH_ROWS = 500_000
 _SNIFF_BYTES = 1 << 20
-
-
-class IngestError(TriageError):
-    """The accounting input is missing, unreadable or not sacct output."""
+_COUNT_CHUNK = 1 << 24
 
 
 @dataclass(frozen=True)
 class Accounting:
-    """Parsed attempts (ATTEMPT_SCHEMA), where they came from, and how many lines were
-    skipped as unparsable (reported, so a half-garbled file does not pass silently)."""
+    """Parsed attempts (ATTEMPT_SCHEMA), where they came from, how many lines were
+    skipped as unparsable (reported, so a half-garbled file does not pass silently), how
+    many were job steps, and which columns were read as what."""
 
     attempts: pl.DataFrame
     source: str
     bad_lines: int
+    steps: int = 0
+    layout: SacctLayout | None = None
 
 
-def read_sacct_file(path: Path, progress: Progress | None = None) -> Accounting:
-    """Parse a saved sacct file into attempts; IngestError names the file on failure."""
+def read_sacct_file(
+    path: Path, progress: Progress | None = None, columns: str | None = None
+) -> Accounting:
+    """Parse a saved sacct file into attempts; IngestError names the file on failure.
+    `columns` is the -o list the file was made with, for a file without a header."""
     try:
         with path.open("rb") as fh:
             head = fh.read(_SNIFF_BYTES)
@@ -117,38 +107,59 @@ def read_sacct_file(path: Path, progress: Progress | None = None) -> Accounting:
         raise IngestError(f"{path}: permission denied") from None
     except OSError as exc:
         raise IngestError(f"{path}: cannot read: {exc.strerror}") from None
-    return _read(path, head, size, str(path), progress)
+    return _read(path, head, size, str(path), progress, columns)
 
 
-def read_sacct_text(text: str | bytes, source: str = "sacct") -> Accounting:
+def read_sacct_text(
+    text: str | bytes, source: str = "sacct", columns: str | None = None
+) -> Accounting:
     """Parse sacct output held in memory (what the Slurm door returned)."""
     data = text.encode() if isinstance(text, str) else text
-    return _read(data, data[:_SNIFF_BYTES], len(data), source, None)
+    return _read(data, data[:_SNIFF_BYTES], len(data), source, None, columns)
 
 
 def _read(
-    source: Path | bytes, head: bytes, size: int, name: str, progress: Progress | None
+    source: Path | bytes,
+    head: bytes,
+    size: int,
+    name: str,
+    progress: Progress | None,
+    columns: str | None,
 ) -> Accounting:
-    names, has_header = _columns(head, name)
+    layout = layout_from(head.split(b"\n", 1)[0].decode("utf-8", "replace"), columns, name)
     lines = head.count(b"\n")
     expected = int(size * lines / len(head)) if lines and head else 1
     try:
         try:
-            parsed = _collect(scan_sacct(source, names, has_header), progress, expected)
+            parsed = _collect(scan_sacct(source, layout), progress, expected)
         except pl.exceptions.ComputeError as exc:
             if "utf-8" not in str(exc).lower():
                 raise
             # Strict UTF-8 is much faster; a stray byte in a comment costs a second pass.
-            lossy = scan_sacct(source, names, has_header, encoding="utf8-lossy")
+            lossy = scan_sacct(source, layout, encoding="utf8-lossy")
             parsed = _collect(lossy, progress, expected)
     except (pl.exceptions.PolarsError, ValueError) as exc:
         detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else "parse error"
         raise IngestError(f"{name}: not sacct output ({detail})") from None
-    return _valid_rows(parsed, name)
+    steps = _line_count(source) - int(layout.has_header) - parsed.height
+    return _valid_rows(parsed, name, layout, steps)
+
+
+def _line_count(source: Path | bytes) -> int:
+    """Lines as the CSV reader counts them (a last line without a newline is one)."""
+    if isinstance(source, bytes):
+        return source.count(b"\n") + int(bool(source) and not source.endswith(b"\n"))
+    count, last = 0, b"\n"
+    with source.open("rb") as fh:
+        while chunk := fh.read(_COUNT_CHUNK):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + int(last != b"\n")
 
 
 def _collect(frame: pl.LazyFrame, progress: Progress | None, expected: int) -> pl.DataFrame:
-    """Collect in one go (fastest), or batch by batch when someone watches a progress bar."""
+    """Collect in one go (fastest), or batch by batch when someone watches a progress bar,
+    which ends at 100% whatever the estimate of the total was."""
     if progress is None:
         return frame.collect()
     batches: list[pl.DataFrame] = []
@@ -157,82 +168,146 @@ def _collect(frame: pl.LazyFrame, progress: Progress | None, expected: int) -> p
         batches.append(batch)
         done += batch.height
         progress(done, max(expected, done))
+    progress(done, done)
     return pl.concat(batches) if batches else frame.clear().collect()
 
 
-def _columns(head: bytes, source: str) -> tuple[tuple[str, ...], bool]:
-    """Column names from a header line if there is one (it fixes the order), else ours."""
-    first = head.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
-    fields = first.split("|")
-    if fields[0] not in SACCT_FIELDS:
-        return SACCT_FIELDS, False
-    missing = [f for f in REQUIRED_FIELDS if f not in fields]
-    if missing:
-        raise IngestError(f"{source}: header lacks {', '.join(missing)}")
-    if "AdminComment" in fields and fields[-1] != "AdminComment":
-        raise IngestError(f"{source}: AdminComment must be the last column (it may hold '|')")
-    return tuple(fields), True
-
-
-def scan_sacct(
-    source: Path | bytes, names: tuple[str, ...], has_header: bool, encoding: str = "utf8"
-) -> pl.LazyFrame:
-    """The lazy query from sacct text to typed attempts (plus `_` helper columns)."""
+def scan_sacct(source: Path | bytes, layout: SacctLayout, encoding: str = "utf8") -> pl.LazyFrame:
+    """The lazy query from sacct text to typed attempts (plus `_` helper columns), with
+    step rows filtered out inside the scan."""
+    if layout.needs_field_count:
+        return _split_lines(source, layout, encoding)
     overflow = [f"_overflow{i}" for i in range(OVERFLOW_COLUMNS)]
     raw = pl.scan_csv(
         source,
         has_header=False,
-        skip_lines=1 if has_header else 0,
+        skip_lines=1 if layout.has_header else 0,
         separator="|",
         quote_char=None,
-        schema=dict.fromkeys([*names, *overflow], pl.String),
+        schema=dict.fromkeys([*layout.names, *overflow], pl.String),
         truncate_ragged_lines=True,
         missing_columns="insert",
         extra_columns="ignore",
         encoding=encoding,  # type: ignore[arg-type]
     )
-    return raw.select(_typed_columns(names, overflow)).with_columns(
-        (
-            pl.col("job_raw").is_not_null()
-            & pl.col("_state").is_not_null()
-            & pl.col("elapsed_s").is_not_null()
-        ).alias("_ok")
+    fields = {name: pl.col(name) for name in layout.names}
+    # Extra pieces belong to a last free-text column; without one the line is broken.
+    ragged = pl.lit(False) if layout.glue_is_last else pl.col(overflow[0]).is_not_null()
+    extras: list[pl.Expr] = []
+    if layout.glue_field == "AdminComment":
+        split = pl.col(overflow[0]).is_not_null()
+        extras = [
+            pl.when(split).then(pl.col("AdminComment")).alias("_comment_head"),
+            *(pl.col(name) for name in overflow),
+        ]
+    step = _is_step(fields[layout.id_field])
+    return raw.filter(~step).select(
+        *_typed_columns(layout, fields, ragged, pl.col(layout.names[0]).is_null()), *extras
     )
 
 
-def _typed_columns(names: tuple[str, ...], overflow: list[str]) -> list[pl.Expr]:
-    # Start is not read: for an ended row it is End - ElapsedRaw, and queue time is
-    # End - Submit - ElapsedRaw, which also holds for a job cancelled before it started.
+def _split_lines(source: Path | bytes, layout: SacctLayout, encoding: str) -> pl.LazyFrame:
+    """Each line read whole and split on `|`; the pieces beyond the header's count are
+    glued back into the free-text column in the middle, and the columns after it shift.
+    With two free-text columns a line with extra pieces is ambiguous: it is broken."""
+    raw = pl.scan_csv(
+        source,
+        has_header=False,
+        skip_lines=1 if layout.has_header else 0,
+        separator="\x00",  # never in Slurm's text: C strings end at NUL
+        quote_char=None,
+        schema={"_line": pl.String},
+        encoding=encoding,  # type: ignore[arg-type]
+    )
+    n = len(layout.names)
+    glue = n if layout.glue_at is None else layout.glue_at
+    pieces = pl.col("_pieces")
+    shift = (pieces.list.len() - n).clip(lower_bound=0) if glue < n else pl.lit(0)
+    fields: dict[str, pl.Expr] = {}
+    for index, name in enumerate(layout.names):
+        if index < glue:
+            fields[name] = pieces.list.get(index, null_on_oob=True)
+        elif index == glue:
+            fields[name] = pieces.list.slice(glue, shift + 1).list.join("|")
+        else:
+            fields[name] = pieces.list.get(shift + index, null_on_oob=True)
+    at = layout.names.index(layout.id_field)
+    if at < glue:
+        step = pl.col("_line").str.contains(rf"^(?:[^|]*\|){{{at}}}[^|.]*\.")
+    else:
+        step = pl.col("_line").str.contains(rf"\.[^|]*(?:\|[^|]*){{{n - 1 - at}}}$")
+    ragged = pieces.list.len() < n if glue < n else pieces.list.len() != n
+    return (
+        raw.filter(~step.fill_null(False))
+        .with_columns(pl.col("_line").str.split("|").alias("_pieces"))
+        .select(*_typed_columns(layout, fields, ragged, pl.col("_line").is_null()))
+    )
+
+
+def _is_step(job_id: pl.Expr) -> pl.Expr:
+    """A step row: `13.batch`, `13.0`, `13_1.extern`, `16+0.0` (a job id has no dot)."""
+    return job_id.str.contains(".", literal=True).fill_null(False)
+
+
+def _typed_columns(
+    layout: SacctLayout, fields: dict[str, pl.Expr], ragged: pl.Expr, blank: pl.Expr
+) -> list[pl.Expr]:
+    # Start is not read: for an ended row it is End - elapsed, and queue time is
+    # End - Submit - elapsed, which also holds for a job cancelled before it started.
     # State stays categorical here and is mapped once per distinct value after collection.
-    has_comment = "AdminComment" in names
-    comment = pl.col("AdminComment") if has_comment else pl.lit(None, pl.String)
-    tres = pl.col("AllocTRES") if "AllocTRES" in names else pl.lit(None, pl.String)
+    null = pl.lit(None, pl.String)
+    comment = fields.get("AdminComment", null)
+    tres = fields.get("AllocTRES", null)
     gpus = tres.str.extract(_GPU_UNTYPED, 1).cast(pl.Int32, strict=False)
     typed_only = gpus.is_null() & tres.str.contains("gres/gpu:", literal=True)
-    split = pl.col(overflow[0]).is_not_null()
+    state = fields["State"]
+    explained = pl.any_horizontal(state.str.starts_with(s) for s in NODE_EVENT_STATES)
+    job_raw, label = _job_key(layout, fields[layout.id_field])
     return [
-        pl.col("JobIDRaw").cast(pl.Int64, strict=False).alias("job_raw"),
-        pl.col("State").cast(pl.Categorical).alias("_state"),
-        _time("Submit").alias("submit"),
-        _time("End").alias("end"),
-        pl.col("ElapsedRaw").cast(pl.Int64, strict=False).alias("elapsed_s"),
-        pl.col("NNodes").cast(pl.Int32, strict=False).fill_null(0).alias("nnodes"),
+        job_raw.alias("job_raw"),
+        state.cast(pl.Categorical).alias("_state"),
+        _time(fields["Submit"]).alias("submit"),
+        _time(fields["End"]).alias("end"),
+        _elapsed(layout, fields[layout.elapsed_field]).alias("elapsed_s"),
+        fields[layout.nodes_field].cast(pl.Int32, strict=False).fill_null(0).alias("nnodes"),
         gpus.fill_null(0).alias("gpus"),
         comment.str.extract(_TRIAGE_CAUSE, 1).alias("comment_cause"),
         comment.str.extract(_TRIAGE_N, 1).cast(pl.Int32, strict=False).alias("comment_n"),
-        pl.col(names[0]).is_null().alias("_blank"),  # an empty line: every field is null
-        # Rare rows finished after collection, where only they pay: typed-only GPU counts
-        # and comments cut by `|` (re-read whole from their pieces).
+        pl.when(explained).then(fields.get("NodeList", null)).alias("nodelist"),
+        label.alias("job_label"),
+        blank.alias("_blank"),  # an empty line: every field is null
+        ragged.alias("_ragged"),
+        # Rare rows finished after collection, where only they pay: typed-only GPU counts.
         pl.when(typed_only).then(tres).alias("_typed_tres"),
-        pl.when(split).then(comment).alias("_comment_head"),
-        *(pl.col(name) for name in overflow),
     ]
 
 
-def _time(name: str) -> pl.Expr:
+def _job_key(layout: SacctLayout, text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """The job's key and, where it had to be made up, the JobID text it stands for.
+
+    JobIDRaw is a number. Without it, JobID is a number for plain jobs and `13_1` or
+    `16+0` for array tasks and het parts, which are separate runs: those get a negative key
+    from a hash of the text (never a real job id, which is positive)."""
+    number = text.cast(pl.Int64, strict=False)
+    if layout.id_field == "JobIDRaw":
+        return number, pl.lit(None, pl.String)
+    made = -(text.hash() // 2).cast(pl.Int64) - 1
+    named = number.is_null() & text.is_not_null()
+    return pl.when(named).then(made).otherwise(number), pl.when(named).then(text)
+
+
+def _elapsed(layout: SacctLayout, text: pl.Expr) -> pl.Expr:
+    if layout.elapsed_field == "ElapsedRaw":
+        return text.cast(pl.Int64, strict=False)
+    parts = text.str.extract_groups(_ELAPSED)
+    value = [parts.struct.field(k).cast(pl.Int64, strict=False) for k in ("d", "h", "m", "s")]
+    return value[0].fill_null(0) * 86400 + value[1] * 3600 + value[2] * 60 + value[3]
+
+
+def _time(text: pl.Expr) -> pl.Expr:
     # "Unknown" (still running) and "None" (never started) become null.
     # No cache: timestamps are nearly all distinct, so caching only adds a hash table.
-    return pl.col(name).str.to_datetime(TIME_FORMAT, strict=False, time_unit="ms", cache=False)
+    return text.str.to_datetime(TIME_FORMAT, strict=False, time_unit="ms", cache=False)
 
 
 def _states(codes: pl.Series) -> pl.Series:
@@ -258,14 +333,22 @@ def _typed_gpus(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(frame["gpus"].scatter(rows["_row"], counts))
 
 
-def _valid_rows(parsed: pl.DataFrame, source: str) -> Accounting:
+def _valid_rows(parsed: pl.DataFrame, source: str, layout: SacctLayout, steps: int) -> Accounting:
     """Drop blank and broken lines; input with no job row at all is not sacct output."""
-    if parsed.height == 0:
+    if parsed.height == 0 and steps == 0:
         raise IngestError(f"{source}: no sacct job rows found")
-    ok = parsed["_ok"]
+    ok = (
+        parsed["job_raw"].is_not_null()
+        & parsed["_state"].is_not_null()
+        & parsed["elapsed_s"].is_not_null()
+        & ~parsed["_ragged"]
+    )
     good = parsed if ok.all() else parsed.filter(ok)  # the usual case copies nothing
     if good.height == 0:
-        raise IngestError(f"{source}: not sacct output (no line has a job id, state, elapsed)")
+        hint = "" if layout.has_header else "; without a header, give --sacct-columns"
+        raise IngestError(
+            f"{source}: not sacct output (no line has a job id, state and run time{hint})"
+        )
     bad = parsed.height - good.height - int(parsed["_blank"].sum())
     good = _typed_gpus(_rejoin_comments(good)).with_columns(_states(good["_state"]).alias("state"))
     # Built column by column (a `select` here costs a pass over every column), then made
@@ -274,11 +357,13 @@ def _valid_rows(parsed: pl.DataFrame, source: str) -> Accounting:
     if not good["job_raw"].is_sorted():
         # Stable, so a job's rows stay in file order.
         good = good.sort("job_raw", maintain_order=True)
-    return Accounting(good, source, bad)
+    return Accounting(good, source, bad, max(steps, 0), layout)
 
 
 def _rejoin_comments(frame: pl.DataFrame) -> pl.DataFrame:
     """Re-read the triage object of rows whose AdminComment held `|`, from all its pieces."""
+    if "_comment_head" not in frame.columns:
+        return frame
     overflow = [c for c in frame.columns if c.startswith("_overflow")]
     cut = frame.with_row_index("_row").filter(pl.col("_comment_head").is_not_null())
     if cut.height == 0:
@@ -294,83 +379,3 @@ def _rejoin_comments(frame: pl.DataFrame) -> pl.DataFrame:
         frame["comment_cause"].scatter(rows, fixed["cause"]),
         frame["comment_n"].scatter(rows, fixed["n"]),
     )
-
-
-def _attempt_number() -> pl.Expr:
-    """1, 2, ... along each job's rows, on rows sorted by job_raw: O(n), no window."""
-    job = pl.col("job_raw")
-    index = pl.int_range(pl.len(), dtype=pl.Int64)
-    first = pl.when(job != job.shift(1).fill_null(-1)).then(index).forward_fill()
-    return (index - first + 1).cast(pl.Int32).alias("attempt")
-
-
-def attribute(attempts: pl.DataFrame, attributions: pl.LazyFrame | None = None) -> pl.DataFrame:
-    """Add `cause` and `domain` to parsed attempts, joining both sources of attributions;
-    success is success, so a COMPLETED row is `completed` whatever a decision says."""
-    frame = attempts.with_columns(causes.default_cause_expr("state").alias("cause"))
-    decided = _decisions(frame, attributions)
-    if decided.height:
-        values = decided["cause"].cast(causes.CAUSE_DTYPE)
-        frame = frame.with_columns(frame["cause"].scatter(decided["row"], values))
-        frame = frame.with_columns(
-            pl.when(pl.col("state") == "COMPLETED")
-            .then(pl.lit("completed", causes.CAUSE_DTYPE))
-            .otherwise(pl.col("cause"))
-            .alias("cause")
-        )
-    return frame.with_columns(causes.domain_expr("cause").alias("domain"))
-
-
-def _decisions(frame: pl.DataFrame, attributions: pl.LazyFrame | None) -> pl.DataFrame:
-    """(row, cause) for every row a decision is about; the journal's win. Attempt numbers
-    are only computed for jobs with more than one row (a single row is attempt 1), and only
-    decisions about another attempt than their own row's, or the journal's, are joined."""
-    job = pl.col("job_raw")
-    indexed = frame.with_row_index("row").with_columns(
-        ((job == job.shift(1)) | (job == job.shift(-1))).fill_null(False).alias("_multi")
-    )
-    chains = indexed.filter("_multi").select("row", "job_raw", _attempt_number())
-    own, elsewhere = _comment_decisions(indexed, chains)
-    keyed = pl.concat([_journal(attributions), elsewhere], how="vertical_relaxed")
-    named = keyed["job_raw"].unique().implode()
-    singles = indexed.filter(~pl.col("_multi") & job.is_in(named)).select(
-        "row", "job_raw", pl.lit(1, pl.Int32).alias("attempt")
-    )
-    targets = pl.concat([chains.filter(job.is_in(named)), singles])
-    joined = targets.join(keyed, on=["job_raw", "attempt"], how="inner")
-    return (
-        pl.concat([joined.select("row", "cause", "priority"), own], how="vertical_relaxed")
-        .filter(pl.col("cause").is_in(causes.CAUSE_IDS))
-        .sort("priority")
-        .unique("row", keep="first")
-        .select("row", "cause")
-    )
-
-
-def _comment_decisions(
-    indexed: pl.DataFrame, chains: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """AdminComment decisions: (row, cause) of those about their own row, and
-    (job_raw, attempt, cause) of those about another attempt of the same job."""
-    comments = (
-        indexed.filter(pl.col("comment_cause").is_not_null())
-        .join(chains.select("row", "attempt"), on="row", how="left")
-        .with_columns(pl.col("attempt").fill_null(1), pl.lit(1).alias("priority"))
-    )
-    target = pl.coalesce("comment_n", "attempt")
-    cause = pl.col("comment_cause").alias("cause")
-    own = comments.filter(target == pl.col("attempt")).select("row", cause, "priority")
-    elsewhere = comments.filter(target != pl.col("attempt")).select(
-        "job_raw", target.alias("attempt"), cause, "priority"
-    )
-    return own, elsewhere
-
-
-def _journal(attributions: pl.LazyFrame | None) -> pl.DataFrame:
-    """The second source's decisions, typed, with the priority that makes them win."""
-    if attributions is None:
-        frame = pl.DataFrame(schema=ATTRIBUTION_SCHEMA)
-    else:
-        schema = pl.Schema(ATTRIBUTION_SCHEMA)
-        frame = attributions.select(list(ATTRIBUTION_SCHEMA)).cast(schema).collect()
-    return frame.with_columns(pl.lit(0).alias("priority"))

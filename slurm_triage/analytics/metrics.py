@@ -7,7 +7,9 @@ Definitions, as in docs/analytics.md:
 
 - GPU-hours of an attempt: gpus * ElapsedRaw / 3600; node-days: NNodes * ElapsedRaw / 86400.
 - A failure (causes.is_failure_expr): NODE_FAIL, or ended otherwise than COMPLETED with an
-  attribution that blames a node for a hardware or infrastructure reason.
+  attribution that blames a node for a hardware or infrastructure reason, or a REQUEUED or
+  FAILED attempt that a node event on one of its nodes explains (node_events.join); each
+  counted once, under its source.
 - r_f (the paper's): failures of attempts on more than `min_gpus` GPUs (128 in the paper)
   divided by those attempts' node-days; exact Poisson interval.
 - Measured MTTF of a size bucket: its attempts' run hours / its failures.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -33,6 +36,9 @@ BUCKET_DTYPE = pl.Enum(BUCKET_LABELS)
 # Periods of the failures-over-time view: days for spans up to this many days, else weeks.
 DAILY_UP_TO_DAYS = 90
 _SUMS = ("count", "gpu_hours", "run_hours", "node_days", "lost_gpu_hours")
+# A period that the data covers less than this much of is partial (a day in 100 000: the
+# last second of the data lies inside its period, not at its end).
+PARTIAL_BELOW = 0.99
 
 
 def bucket_expr(gpus: str = "gpus") -> pl.Expr:
@@ -59,14 +65,15 @@ def cube(
     ckpt_interval_min: float = 60.0,
     every: str | None = None,
 ) -> pl.DataFrame:
-    """Sums per (state, cause, bucket, large, period): count, gpu_hours, run_hours,
-    node_days, lost_gpu_hours; plus `domain` and `failure` of each key."""
+    """Sums per (state, cause, failure_source, bucket, large, period): count, gpu_hours,
+    run_hours, node_days, lost_gpu_hours; plus `domain` and `failure` of each key."""
     every = every or period_of(done)
     elapsed = pl.col("elapsed_s").cast(pl.Float64)
     half_s = ckpt_interval_min * 30.0
     keys = [
         pl.col("state"),
         pl.col("cause"),
+        pl.col("failure_source"),
         bucket_expr().alias("bucket"),
         (pl.col("gpus") > min_gpus).alias("large"),
         pl.col("end").dt.truncate(every).alias("period"),
@@ -205,9 +212,51 @@ def goodput_loss(table: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
-def over_time(table: pl.DataFrame) -> pl.DataFrame:
-    """Failures per period by end time (all sizes), and r_f of the large attempts with its
-    exact interval."""
+def failure_sources(table: pl.DataFrame) -> pl.DataFrame:
+    """Failures per source (NODE_FAIL rows, our attributions, joined node events), of all
+    sizes and of the r_f population, every source listed."""
+    sources = pl.DataFrame(
+        {"failure_source": causes.FAILURE_SOURCES[1:]},
+        schema={"failure_source": causes.SOURCE_DTYPE},
+    )
+    per = (
+        table.filter("failure")
+        .group_by("failure_source")
+        .agg(
+            pl.col("count").sum().alias("failures"),
+            pl.col("count").filter("large").sum().alias("large_failures"),
+        )
+    )
+    return sources.join(per, on="failure_source", how="left").fill_null(0)
+
+
+def rf_by_cause(table: pl.DataFrame, confidence: float = 0.95) -> pl.DataFrame:
+    """r_f of the large attempts split by the cause of each failure (the shares add up to
+    r_f), with exact intervals: failures per node-day of the whole population."""
+    big = table.filter("large")
+    exposure = float(big["node_days"].sum())
+    per = (
+        big.filter("failure")
+        .group_by("cause", "domain")
+        .agg(pl.col("count").sum().alias("failures"))
+        .sort("failures", "cause", descending=[True, False])
+    )
+    intervals = [rate_interval(int(n), exposure, confidence) for n in per["failures"]]
+    return per.with_columns(
+        pl.lit(exposure).alias("node_days"),
+        pl.Series("rf", [i.rate for i in intervals], pl.Float64),
+        pl.Series("rf_low", [i.low for i in intervals], pl.Float64),
+        pl.Series("rf_high", [i.high for i in intervals], pl.Float64),
+    )
+
+
+def over_time(
+    table: pl.DataFrame, first_end: datetime | None = None, last_end: datetime | None = None
+) -> pl.DataFrame:
+    """Failures per period by end time and r_f, both of the large attempts (the r_f
+    population), with exact intervals; `coverage` is the share of each period inside the
+    data (first_end to last_end) and `partial` marks the periods the data only partly
+    covers (their counts are not comparable with the others')."""
     large_failure = pl.col("failure") & pl.col("large")
     per = (
         table.filter(pl.col("period").is_not_null())
@@ -223,8 +272,20 @@ def over_time(table: pl.DataFrame) -> pl.DataFrame:
     )
     pairs = zip(per["large_failures"], per["large_node_days"], strict=True)
     intervals = [rate_interval(int(e), float(x)) for e, x in pairs]
+    spans = zip(per["period"], per["every"], strict=True)
+    coverage = [_coverage(start, every, first_end, last_end) for start, every in spans]
     return per.with_columns(
         pl.Series("rf", [i.rate for i in intervals], pl.Float64),
         pl.Series("rf_low", [i.low for i in intervals], pl.Float64),
         pl.Series("rf_high", [i.high for i in intervals], pl.Float64),
-    )
+        pl.Series("coverage", coverage, pl.Float64),
+    ).with_columns((pl.col("coverage") < PARTIAL_BELOW).alias("partial"))
+
+
+def _coverage(start: datetime, every: str, first: datetime | None, last: datetime | None) -> float:
+    """The share of the period [start, start + every) that lies within [first, last]."""
+    length = timedelta(days=1 if every == "1d" else 7)
+    if first is None or last is None:
+        return 1.0
+    inside = min(start + length, last) - max(start, first)
+    return max(inside / length, 0.0)

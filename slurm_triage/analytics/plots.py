@@ -1,7 +1,9 @@
-"""The report's PNG figures, drawn with matplotlib's Agg backend (no display needed).
+"""The report's model figures (MTTF and ETTR), drawn with matplotlib's Agg backend.
 
-Each function takes computed tables, writes one PNG and returns its path. Every axis is
-labelled with its unit; r_f is shown per 1000 node-days, the paper's unit.
+Each `*_figure` function takes computed tables and returns the Figure (tests read what it
+drew: every data artist carries a `gid`); `save` writes it as PNG. Every axis names its
+unit; r_f is shown per 1000 node-days, the paper's unit, with two decimals; each title
+names the one population the figure shows. plots_failures draws the accounting figures.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from slurm_triage.analytics import model  # noqa: E402
 
@@ -34,9 +36,14 @@ DOMAIN_COLOURS = {
 PAPER_MEASURED = ((8, 47.7 * 24), (1024, 7.9))
 
 
-def _save(fig: plt.Figure, path: Path, **margins: float) -> Path:
-    # Fixed margins instead of tight_layout (which lays out twice); fast PNG compression,
-    # since these files are written once and read by a browser.
+def rf_text(rf: float) -> str:
+    """r_f as every figure and table prints it: per 1000 node-days, two decimals."""
+    return f"{rf * 1000:.2f} per 1000 node-days"
+
+
+def save(fig: Figure, path: Path, **margins: float) -> Path:
+    """Write the figure as PNG and free it. Fixed margins instead of tight_layout (which
+    lays out twice); fast compression, since these files are written once."""
     fig.subplots_adjust(**{"left": 0.09, "right": 0.97, "top": 0.9, "bottom": 0.11, **margins})
     fig.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})
     plt.close(fig)
@@ -49,27 +56,27 @@ def model_mttf_curve(gpus: np.ndarray, rf: float, gpus_per_node: int) -> np.ndar
     return model.HOURS_PER_DAY / (nodes * rf)
 
 
-def mttf_plot(table: pl.DataFrame, rf: float, gpus_per_node: int, path: Path) -> Path:
+def mttf_figure(table: pl.DataFrame, rf: float, gpus_per_node: int) -> Figure:
     """Measured MTTF per size bucket (95% intervals) next to the r_f model and its
-    projection to PROJECT_TO_GPUS GPUs, on log-log axes."""
+    projection to PROJECT_TO_GPUS GPUs, on log-log axes; the paper's points for reference."""
     fig, ax = plt.subplots(figsize=(8, 5.2))
     _measured_points(ax, table)
     for gpus, hours in PAPER_MEASURED:
-        ax.scatter([gpus], [hours], marker="x", color="grey")
-    ax.scatter([], [], marker="x", color="grey", label="Kokolis et al. 2024, RSC-1 measured")
+        ax.scatter([gpus], [hours], marker="x", color="grey", gid="paper")
+    ax.scatter([], [], marker="x", color="grey", label="Kokolis et al. 2024, RSC-1 (reference)")
     ax.set(
         xscale="log",
         yscale="log",
         xlabel="job size (GPUs)",
         ylabel="MTTF (hours)",
-        title="Mean time to failure by job size",
+        title="Mean time to failure by job size: this cluster's GPU jobs",
     )
     if math.isfinite(rf) and rf > 0:
         largest = float(table["mean_gpus"].fill_nan(None).max() or 1.0)  # type: ignore[arg-type]
         _model_lines(ax, rf, gpus_per_node, largest)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    return _save(fig, path)
+    return fig
 
 
 def _measured_points(ax: plt.Axes, table: pl.DataFrame) -> None:
@@ -79,9 +86,15 @@ def _measured_points(ax: plt.Axes, table: pl.DataFrame) -> None:
         y = seen["mttf_hours"].to_numpy()
         low = y - seen["mttf_low_hours"].to_numpy()
         high = np.minimum(seen["mttf_high_hours"].to_numpy(), y * 1e3) - y
-        label = "measured (95% exact Poisson interval)"
         ax.errorbar(
-            seen["mean_gpus"], y, yerr=[low, high], fmt="o", color="#1f3b73", capsize=4, label=label
+            seen["mean_gpus"],
+            y,
+            yerr=[low, high],
+            fmt="o",
+            color="#1f3b73",
+            capsize=4,
+            label="measured (95% exact Poisson interval)",
+            gid="measured",
         )
     unseen = table.filter(pl.col("failures") == 0)
     if unseen.height:
@@ -92,16 +105,23 @@ def _measured_points(ax: plt.Axes, table: pl.DataFrame) -> None:
             color="#1f3b73",
             facecolors="none",
             label="no failure seen: lower bound",
+            gid="lower_bound",
         )
 
 
 def _model_lines(ax: plt.Axes, rf: float, gpus_per_node: int, largest: float) -> None:
     fit = np.logspace(0, math.log10(max(largest, 2.0)), 100)
     ahead = np.logspace(math.log10(max(largest, 2.0)), math.log10(PROJECT_TO_GPUS), 50)
-    label = f"model 1/(N_nodes r_f), r_f = {rf * 1000:.3g} per 1000 node-days"
-    ax.plot(fit, model_mttf_curve(fit, rf, gpus_per_node), color="#c0392b", label=label)
+    label = f"model 1/(N_nodes r_f), r_f = {rf_text(rf)}"
+    curve = model_mttf_curve(fit, rf, gpus_per_node)
+    ax.plot(fit, curve, color="#c0392b", label=label, gid="model")
     ax.plot(
-        ahead, model_mttf_curve(ahead, rf, gpus_per_node), "--", color="#c0392b", label="projection"
+        ahead,
+        model_mttf_curve(ahead, rf, gpus_per_node),
+        "--",
+        color="#c0392b",
+        label="projection",
+        gid="projection",
     )
     for gpus, ha in ((16_384, "left"), (PROJECT_TO_GPUS, "right")):
         hours = float(model_mttf_curve(np.array([gpus]), rf, gpus_per_node)[0])
@@ -123,17 +143,25 @@ def _model_lines(ax: plt.Axes, rf: float, gpus_per_node: int, largest: float) ->
     ax.set_ylim(min(low, lowest / 3), high)
 
 
-def ettr_plot(
+def drawable(values: pl.Series, valid: pl.Series) -> np.ndarray:
+    """Closed-form values where the form holds (valid regime, not negative); NaN elsewhere,
+    so matplotlib leaves a gap rather than a flat line at 0 that reads as "ETTR = 0"."""
+    y = values.cast(pl.Float64).fill_null(np.nan).to_numpy()
+    ok = valid.cast(pl.Boolean).fill_null(False).to_numpy().astype(bool)
+    return np.where(ok & (y > 0), y, np.nan)
+
+
+def ettr_figure(
     curves: pl.DataFrame,
     simulated: pl.DataFrame,
+    measured: pl.DataFrame,
     rf: float,
     gpus_per_node: int,
     note: str,
-    path: Path,
-) -> Path:
-    """Closed-form E[ETTR] against job size for several checkpoint intervals, simulated
-    means as markers, and the sizes where the closed form is outside its valid regime.
-    `note` names the other model inputs (restart, write, queue) under the title."""
+) -> Figure:
+    """Closed-form E[ETTR] against job size for several checkpoint intervals (drawn only
+    where it is valid), Monte Carlo means, and this cluster's measured ETTR per size bucket
+    (GPU-time weighted over its job runs, queue time included)."""
     fig, ax = plt.subplots(figsize=(8, 5.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     intervals = curves["ckpt_interval_min"].unique().sort().to_list()
@@ -141,99 +169,97 @@ def ettr_plot(
         part = curves.filter(pl.col("ckpt_interval_min") == interval)
         ax.plot(
             part["gpus"],
-            part["ettr"].clip(0, 1),
+            drawable(part["ettr"], part["valid"]),
             color=colour,
             label=f"closed form, checkpoint every {interval:g} min",
+            gid=f"closed_form:{interval:g}",
         )
         sim = simulated.filter(pl.col("ckpt_interval_min") == interval)
         if sim.height:
-            ax.scatter(sim["gpus"], sim["ettr"], color=colour, marker="s", s=22, zorder=3)
+            ax.scatter(
+                sim["gpus"], sim["ettr"], color=colour, marker="s", s=22, zorder=3, gid="simulated"
+            )
     if simulated.height:
         ax.scatter([], [], color="black", marker="s", s=22, label="Monte Carlo mean")
+    shown = measured.filter(pl.col("weighted_ettr").is_not_null() & (pl.col("mean_gpus") > 0))
+    if shown.height:
+        ax.scatter(
+            shown["mean_gpus"],
+            shown["weighted_ettr"],
+            marker="D",
+            color="black",
+            facecolors="none",
+            s=40,
+            zorder=4,
+            label="measured on this cluster's job runs (GPU-time weighted)",
+            gid="measured",
+        )
     gpus = curves["gpus"].to_numpy()
     gpus_min, gpus_max = float(gpus.min()), float(gpus.max())
     edge = max(gpus_per_node / (model.VALID_MIN_MTTF_DAYS * rf), gpus_min)
     if edge < gpus_max:
         ax.axvspan(
-            edge, gpus_max, color="grey", alpha=0.15, label="MTTF < 0.1 day: closed form not valid"
+            edge,
+            gpus_max,
+            color="grey",
+            alpha=0.15,
+            label="MTTF < 0.1 day: closed form not valid (not drawn)",
         )
     ax.set(
         xscale="log",
         ylim=(0, 1.02),
         xlabel="job size (GPUs)",
-        ylabel="expected ETTR (productive / wallclock)",
-        title=f"Expected ETTR at r_f = {rf * 1000:.3g} per 1000 node-days\n{note}",
+        ylabel="ETTR (productive / wallclock)",
+        title=f"Expected ETTR of a job run by size, r_f = {rf_text(rf)}\n{note}",
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
-    return _save(fig, path, top=0.87)
+    ax.legend(fontsize=7, loc="lower left")
+    return fig
 
 
-def taxonomy_plot(table: pl.DataFrame, path: Path) -> Path:
-    """Share of ended attempts and of GPU-hours per cause (completed left out), by domain."""
-    rows = table.filter(pl.col("cause") != "completed").sort("gpu_hours")
-    causes = rows["cause"].cast(pl.String).to_list()
-    colours = [DOMAIN_COLOURS.get(d, "grey") for d in rows["domain"].cast(pl.String)]
-    height = 0.32 * max(len(causes), 4) + 1.6
-    fig, axes = plt.subplots(1, 2, figsize=(10, height), sharey=True)
-    for ax, column, label in (
-        (axes[0], "count_share", "share of ended jobs (%)"),
-        (axes[1], "gpu_hours_share", "share of GPU-hours (%)"),
-    ):
-        values = (rows[column] * 100).to_numpy()
-        ax.barh(causes, values, color=colours)
-        for y, value in enumerate(values):
+def ettr_interval_figure(
+    curves: pl.DataFrame, optimum: pl.DataFrame, rf: float, write_s: float, note: str
+) -> Figure:
+    """E[ETTR] against the checkpoint interval at a few job sizes, with Young/Daly's
+    optimum marked on each curve; with no write time there is no optimum to mark, and the
+    figure says so."""
+    fig, ax = plt.subplots(figsize=(8, 5.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for colour, gpus in zip(colours, curves["gpus"].unique().sort().to_list(), strict=False):
+        part = curves.filter(pl.col("gpus") == gpus)
+        ax.plot(
+            part["ckpt_interval_min"],
+            drawable(part["ettr"], part["valid"]),
+            color=colour,
+            label=f"{gpus:,} GPUs",
+            gid=f"closed_form:{gpus}",
+        )
+        best = optimum.filter(pl.col("gpus") == gpus)
+        if best.height and best["valid"][0] and best["ettr"][0] > 0:
+            x, y = float(best["young_daly_min"][0]), float(best["ettr"][0])
+            ax.scatter([x], [y], color=colour, marker="*", s=120, zorder=3, gid=f"optimum:{gpus}")
             ax.annotate(
-                f"{value:.2g}",
-                (value, y),
-                xytext=(3, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=7,
+                f"{x:.3g} min", (x, y), xytext=(4, 6), textcoords="offset points", fontsize=8
             )
-        ax.set_xlabel(label)
-        ax.set_xlim(0, max(values.max() if values.size else 1.0, 1e-9) * 1.2)
-        ax.grid(True, axis="x", alpha=0.3)
-    handles = [Patch(color=colour, label=domain) for domain, colour in DOMAIN_COLOURS.items()]
-    axes[1].legend(handles=handles, fontsize=8, loc="lower right", title="domain")
-    fig.suptitle("Why jobs ended: taxonomy by count and by GPU-hours")
-    margins = {"bottom": 0.55 / height, "top": 1 - 0.5 / height}
-    return _save(fig, path, left=0.15, right=0.98, wspace=0.06, **margins)
-
-
-def failures_plot(table: pl.DataFrame, rf: float, min_gpus: int, path: Path) -> Path:
-    """Failures per period (all sizes) and r_f of the large-job population over time."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    every = table["every"][0] if table.height else "1d"
-    width = 0.8 if every == "1d" else 5.6
-    periods = table["period"].to_list()
-    top.bar(periods, table["failures"], width=width, color="#c0392b")
-    top.set(
-        ylabel=f"failures per {'day' if every == '1d' else 'week'}",
-        title="Failures over time (NODE_FAIL or hardware/infrastructure attribution)",
-    )
-    rate = table["rf"].to_numpy() * 1000
-    low, high = table["rf_low"].to_numpy() * 1000, table["rf_high"].to_numpy() * 1000
-    bottom.fill_between(
-        periods, low, high, color="#1f3b73", alpha=0.15, step="mid", label="95% exact interval"
-    )
-    bottom.step(periods, rate, where="mid", color="#1f3b73", label=f"r_f, jobs > {min_gpus} GPUs")
-    if math.isfinite(rf):
-        bottom.axhline(rf * 1000, color="black", ls="--", lw=1, label="whole period")
-    top_rate = np.nanmax(rate) if np.isfinite(rate).any() else 1.0
-    bottom.set_ylim(0, max(top_rate, rf * 1000 if math.isfinite(rf) else 0) * 1.6 + 1e-9)
-    bottom.set(ylabel="r_f (failures per 1000 node-days)", xlabel="end of job (date)")
-    if not np.isfinite(rate).any():
-        bottom.text(
+    if optimum.height:
+        ax.scatter([], [], color="black", marker="*", s=80, label="Young/Daly sqrt(2w / N r_f)")
+    else:
+        ax.text(
             0.5,
-            0.5,
-            f"no jobs > {min_gpus} GPUs in this period",
+            0.06,
+            "no checkpoint write time given (--ckpt-write-s): no optimum to mark",
             ha="center",
-            transform=bottom.transAxes,
+            transform=ax.transAxes,
             color="grey",
         )
-    bottom.legend(fontsize=8, loc="upper right")
-    for ax in (top, bottom):
-        ax.grid(True, alpha=0.3)
-    fig.autofmt_xdate()
-    return _save(fig, path, bottom=0.13, top=0.94, hspace=0.12)
+    ax.set(
+        xscale="log",
+        ylim=(0, 1.02),
+        xlabel="checkpoint interval (minutes)",
+        ylabel="ETTR (productive / wallclock)",
+        title=f"Expected ETTR by checkpoint interval, w = {write_s:g} s, r_f = {rf_text(rf)}"
+        f"\n{note}",
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower center")
+    return fig

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 WIDTH = 30
@@ -50,3 +52,30 @@ class ProgressBar:
         if self._enabled and self._shown:
             self._stream.write("\n")
             self._stream.flush()
+
+
+class Phases:
+    """`with phases("plots"):` writes one line per phase of a long command on stderr, its
+    name and how long it took, so nothing sits silent after the bar reached 100%. Off a
+    terminal it writes nothing, like the bar."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._enabled = bool(getattr(self._stream, "isatty", lambda: False)())
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        if self._enabled:
+            self._stream.write(f"{name} ...")
+            self._stream.flush()
+        try:
+            yield
+        finally:
+            if self._enabled:
+                self._stream.write(f" {time.monotonic() - started:.1f}s\n")
+                self._stream.flush()

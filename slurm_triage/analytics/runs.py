@@ -6,9 +6,11 @@ the paper estimates goodput loss, from an assumed checkpoint interval and restar
 - every attempt after the first spends min(its run time, u0) restarting;
 - every interrupted attempt (REQUEUED, PREEMPTED, NODE_FAIL, or a failure) loses
   min(its run time, dt_cp / 2) of work since the last checkpoint.
-Queue time is End - Submit - ElapsedRaw of every attempt, i.e. Start - Submit (a requeued
-row's Submit is its requeue time), and End - Submit for one cancelled before it started. Achieved
-ETTR = productive / (queue + run time).
+Queue time of an attempt is from when it was queued to when it started: Start - max(Submit,
+the previous attempt's End), with Start = End - elapsed (and End itself for one cancelled
+before it started). Slurm gives a requeued row its requeue time as Submit, but accounting
+may keep the first Submit on every attempt, which without the max would count the earlier
+attempts' run time as queue time again. Achieved ETTR = productive / (queue + run time).
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ def job_runs(done: pl.DataFrame, assume: RunAssumptions) -> pl.DataFrame:
     of consecutive rows and its totals are differences of cumulative sums at the slices'
     ends: linear time, no hash table over millions of job ids.
     """
+    if not done["job_raw"].is_sorted():
+        done = done.sort("job_raw", maintain_order=True)
     per = _per_attempt(done, assume)
-    if not per["job_raw"].is_sorted():
-        per = per.sort("job_raw", maintain_order=True)
     runs = _slice_totals(per, ("queue_s", "run_s", "unproductive_s", "restart_s"))
     start = runs["_end"] - runs["attempts"].cast(pl.Int64) + 1
     first, last = per["gpus"].gather(start), per["gpus"].gather(runs["_end"])
@@ -93,10 +95,13 @@ def _slice_totals(per: pl.DataFrame, sums: tuple[str, ...]) -> pl.DataFrame:
 
 
 def _per_attempt(done: pl.DataFrame, assume: RunAssumptions) -> pl.DataFrame:
-    """Per attempt: queue and run seconds, work lost if interrupted, restart cost if it
-    is not the first attempt (subtracted per run, see job_runs)."""
+    """Per attempt (rows sorted by job, a job's in order): queue and run seconds, work lost
+    if interrupted, restart cost if it is not the first attempt (subtracted per run)."""
     elapsed = pl.col("elapsed_s").cast(pl.Float64)
-    waited = (pl.col("end") - pl.col("submit")).dt.total_seconds() - pl.col("elapsed_s")
+    job = pl.col("job_raw")
+    previous_end = pl.when(job == job.shift(1)).then(pl.col("end").shift(1))
+    queued_from = pl.max_horizontal(pl.col("submit"), previous_end)
+    waited = (pl.col("end") - queued_from).dt.total_seconds() - pl.col("elapsed_s")
     interrupted = pl.col("state").is_in(INTERRUPTED_STATES) | causes.is_failure_expr()
     lost = pl.when(interrupted).then(
         pl.min_horizontal(elapsed, pl.lit(assume.ckpt_interval_min * 30.0))
@@ -112,9 +117,10 @@ def _per_attempt(done: pl.DataFrame, assume: RunAssumptions) -> pl.DataFrame:
 
 
 def ettr_by_size(runs: pl.DataFrame) -> pl.DataFrame:
-    """Per GPU bucket: runs, hours of queue/productive/unproductive time, the GPU-time
-    weighted ETTR, and the median ETTR of runs of a day or more (the paper's view; a
-    median over millions of short runs would cost a sort and say little)."""
+    """Per GPU bucket: runs, their wallclock-weighted mean GPUs, hours of queue/productive/
+    unproductive time, the GPU-time weighted ETTR, and the median ETTR of runs of a day or
+    more (the paper's view; a median over millions of short runs would cost a sort and say
+    little)."""
     weight = pl.col("gpus") * pl.col("wall_s")
     long = pl.col("wall_s") >= LONG_RUN_HOURS * 3600
     weighted = (pl.col("ettr") * weight).sum() / weight.sum()
@@ -123,6 +129,7 @@ def ettr_by_size(runs: pl.DataFrame) -> pl.DataFrame:
         .group_by("bucket")
         .agg(
             pl.len().alias("runs"),
+            (weight.sum() / pl.col("wall_s").sum()).alias("mean_gpus"),
             (pl.col("queue_s").sum() / 3600).alias("queue_hours"),
             (pl.col("productive_s").sum() / 3600).alias("productive_hours"),
             (pl.col("unproductive_s").sum() / 3600).alias("unproductive_hours"),

@@ -1,14 +1,25 @@
 """Synthetic Slurm accounting with the shape Kokolis et al. (2024) report, for demos, tests
-and benchmarks. The output is byte-for-byte the format `ingest` reads (sacct -D -X -P).
+and benchmarks, and the node events slurmdbd would have kept alongside it.
 
 Shape (measured on 4M jobs): 92% of jobs use one node or less and 81% fewer than 8 GPUs,
 holding 7% of GPU-hours; jobs of 256+ GPUs hold 60% of them (the paper: 66%). Each
 attempt ends as drawn from the paper's state mix (COMPLETED 60%, FAILED 24%, PREEMPTED
 10%, REQUEUED 2%, CANCELLED 3%, TIMEOUT 0.6%, OOM 0.1%) unless a node failure comes
 first: failures form a Poisson process of rate N_nodes * r_f over the attempt's run time,
-so the analysis must recover r_f. A failure ends the attempt as NODE_FAIL, or as
-FAILED/REQUEUED with our attribution in AdminComment; most are requeued as a new row with
-the same job id, as Slurm does with `-D`.
+so the analysis must recover r_f. A failure ends the attempt as NODE_FAIL (spec
+`node_fail_share`), else as REQUEUED when Slurm requeued it (`requeue_after_failure`) or
+FAILED; most are requeued as a new row with the same job id, as Slurm does with `-D`.
+
+Two forms of the text (synth_text): `triage`, slurm-triage's own columns with our
+attribution in AdminComment; `plain`, what a site's `sacct -P` dump looks like, with JobID
+(array tasks as 13_1), JobName, Elapsed, a header, no AdminComment and, with `steps`, the
+step rows of sacct without -X; there, a failure Slurm requeued is a bare REQUEUED row,
+like a preemption's, and only the node events tell them apart. Each failure leaves one node
+event on one of the attempt's nodes (DOWN*, or a DRAIN by a health check or Slurm's
+"Kill task failed"), starting around the attempt's end, and unrelated drains (maintenance)
+happen at random: `write_accounting(..., events_out=PATH)` writes them as
+`sacctmgr -P show event` prints them. Events, steps and array task names come from their
+own random stream, so they never change the accounting of a seed.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from slurm_triage.analytics.ingest import SACCT_FIELDS
+from slurm_triage.analytics import synth_text
 
 SIZES = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192])
 _SIZE_WEIGHTS = np.array(
@@ -59,13 +70,17 @@ USER_CAUSES = (
 NODE_FAIL_SHARE = 0.35  # of failures shown as Slurm's NODE_FAIL rather than our attribution
 REQUEUE_AFTER_FAILURE = 0.7
 LOST_ON_RESTART_H = 0.5  # work since the last hourly checkpoint, on average
-EPOCH = np.datetime64("2025-01-01T00:00:00", "s")
 CHUNK_JOBS = 250_000
+FORMS = ("triage", "plain")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SynthSpec:
-    """What to generate: `jobs` logical jobs over `days`, node failures at r_f per node-day."""
+    """What to generate: `jobs` logical jobs over `days`, node failures at r_f per node-day,
+    written in `form` (with `steps` rows in the plain form), a share `node_fail_share` of
+    the failures shown as NODE_FAIL and `requeue_after_failure` of them requeued; with
+    `keep_first_submit`, every attempt shows its job's first Submit (as some accounting
+    does) instead of its requeue time."""
 
     jobs: int
     rf_per_node_day: float
@@ -75,6 +90,13 @@ class SynthSpec:
     cluster_nodes: int = 2000
     max_attempts: int = 10
     header: bool = False
+    form: str = "triage"
+    steps: bool = False
+    node_fail_share: float = NODE_FAIL_SHARE
+    requeue_after_failure: float = REQUEUE_AFTER_FAILURE
+    keep_first_submit: bool = False
+    # Drains and downs unrelated to any job (maintenance, reboots), per node per year.
+    unrelated_events_per_node_year: float = 1.0
 
     def __post_init__(self) -> None:
         if self.jobs <= 0 or self.days <= 0 or self.gpus_per_node <= 0:
@@ -83,29 +105,49 @@ class SynthSpec:
             raise ValueError("rf_per_node_day must be a positive number")
         if self.cluster_nodes < math.ceil(SIZES.max() / self.gpus_per_node):
             raise ValueError("cluster_nodes is too small for the largest job size")
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {', '.join(FORMS)}, not {self.form!r}")
+        if self.steps and self.form != "plain":
+            raise ValueError("step rows exist only in the plain form (sacct without -X)")
+        shares = (self.node_fail_share, self.requeue_after_failure)
+        if not all(0.0 <= x <= 1.0 for x in shares) or self.unrelated_events_per_node_year < 0:
+            raise ValueError("shares must be within [0, 1] and event rates >= 0")
 
 
 def write_accounting(
-    spec: SynthSpec, out: Path, progress: Callable[[int, int], None] | None = None
+    spec: SynthSpec,
+    out: Path,
+    progress: Callable[[int, int], None] | None = None,
+    events_out: Path | None = None,
 ) -> int:
-    """Write the synthetic sacct file; returns the number of rows. Chunked, so memory is
-    bounded whatever `spec.jobs` is; the same spec and seed give the same bytes."""
+    """Write the synthetic sacct file (and its node events to `events_out`); returns the
+    number of job rows (steps not counted). Chunked, so memory is bounded whatever
+    `spec.jobs` is; the same spec and seed give the same bytes."""
     rng = np.random.default_rng(spec.seed)
+    side = np.random.default_rng([spec.seed, 18])  # events, steps, array names
     rows = 0
     chunks = math.ceil(spec.jobs / CHUNK_JOBS)
+    events = []
     with out.open("wb") as fh:
-        if spec.header:
-            fh.write(("|".join(SACCT_FIELDS) + "\n").encode())
+        if spec.header or spec.form == "plain":
+            fh.write(("|".join(synth_text.columns(spec.form)) + "\n").encode())
         for c in range(chunks):
             n = min(CHUNK_JOBS, spec.jobs - c * CHUNK_JOBS)
             # Each chunk's share of the period matches its share of jobs: arrivals uniform.
             first = c * CHUNK_JOBS
             window = (spec.days * first / spec.jobs, spec.days * (first + n) / spec.jobs)
-            frame = _chunk(rng, spec, c * CHUNK_JOBS + 1, n, window)
-            frame.write_csv(fh, separator="|", include_header=False, quote_style="never")
-            rows += frame.height
+            attempts = _chunk(rng, spec, c * CHUNK_JOBS + 1, n, window)
+            text = synth_text.rows(attempts, spec.form, spec.steps)
+            text.write_csv(fh, separator="|", include_header=False, quote_style="never")
+            rows += attempts.height
+            if events_out is not None:
+                events.append(synth_text.failure_events(attempts, side))
             if progress is not None:
                 progress(c * CHUNK_JOBS + n, spec.jobs)
+    if events_out is not None:
+        rate = spec.unrelated_events_per_node_year
+        events.append(synth_text.unrelated_events(rate, spec.cluster_nodes, spec.days, side))
+        synth_text.write_events(pl.concat(events), events_out)
     return rows
 
 
@@ -123,6 +165,8 @@ class _Jobs:
 def _chunk(
     rng: np.random.Generator, spec: SynthSpec, first_id: int, n: int, window: tuple[float, float]
 ) -> pl.DataFrame:
+    """Every attempt of n jobs, in sacct's order (by job, attempts oldest first), as the
+    numbers synth_text turns into text."""
     gpus = rng.choice(SIZES, n, p=SIZE_PROBS)
     nodes = np.ceil(gpus / spec.gpus_per_node).astype(np.int64)
     jobs = _Jobs(
@@ -136,22 +180,24 @@ def _chunk(
         DURATION_MEDIAN_H * gpus**DURATION_EXPONENT * np.exp(rng.normal(0, DURATION_SIGMA, n)),
         MAX_RUN_H,
     )
-    submit = np.sort(rng.uniform(window[0] * 24, window[1] * 24, n))  # hours since EPOCH
+    # Seconds since EPOCH; a requeued attempt is submitted the second the last one ended.
+    submit = _seconds(np.sort(rng.uniform(window[0] * 24, window[1] * 24, n)))
+    first_submit = submit.copy()
     queue_mean = 0.2 * (1 + np.log2(gpus))
     attempts = []
     live = np.arange(n)
     for attempt in range(1, spec.max_attempts + 1):
         queue = rng.exponential(queue_mean[live] if attempt == 1 else 0.25, live.size)
+        shown = first_submit[live] if spec.keep_first_submit else submit[live]
         frame, again, run = _attempt(rng, spec, jobs, live, planned, submit, queue, attempt)
-        attempts.append(frame)
-        end = submit[live] + queue + run
+        attempts.append(frame.with_columns(_shown_submit=shown))
         planned[live] -= np.maximum(run - LOST_ON_RESTART_H, 0.0)
         planned[live] = np.maximum(planned[live], 0.1)
-        submit[live] = end
+        submit[live] = frame["_end"].to_numpy()
         live = live[again]
         if live.size == 0:
             break
-    return pl.concat(attempts).sort("_job", "_attempt").drop("_job", "_attempt")
+    return pl.concat(attempts).sort("_job", "_attempt")
 
 
 def _attempt(
@@ -164,7 +210,7 @@ def _attempt(
     queue: np.ndarray,
     attempt: int,
 ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
-    """One attempt of every live job: its rows, who is requeued, and run hours."""
+    """One attempt of every live job: its numbers, who is requeued, and run hours."""
     k = live.size
     outcome = np.asarray(OUTCOMES)[rng.choice(len(OUTCOMES), k, p=OUTCOME_PROBS)]
     ends_at_limit = (outcome == "COMPLETED") | (outcome == "TIMEOUT")
@@ -174,10 +220,10 @@ def _attempt(
     never_started = (attempt == 1) & (outcome == "CANCELLED") & (rng.uniform(0, 1, k) < 0.3)
     failed = (to_failure < intended) & ~never_started
     run = np.where(never_started, 0.0, np.where(failed, to_failure, intended))
-    requeue_failure = failed & (rng.uniform(0, 1, k) < REQUEUE_AFTER_FAILURE)
+    requeue_failure = failed & (rng.uniform(0, 1, k) < spec.requeue_after_failure)
     again = requeue_failure | (~failed & np.isin(outcome, ("PREEMPTED", "REQUEUED")))
     again &= attempt < spec.max_attempts
-    node_fail = failed & (rng.uniform(0, 1, k) < NODE_FAIL_SHARE)
+    node_fail = failed & (rng.uniform(0, 1, k) < spec.node_fail_share)
     state = np.where(
         node_fail,
         "NODE_FAIL",
@@ -185,8 +231,31 @@ def _attempt(
     )
     state = np.where(state == "OOM", "OUT_OF_MEMORY", state)
     cause = _causes(rng, state, failed & ~node_fail)
-    frame = _rows(jobs, live, state, cause, submit[live], queue, run, never_started, attempt)
+    submit_s = submit[live]
+    start_s = submit_s + _seconds(queue)
+    elapsed = np.round(run * 3600).astype(np.int64)
+    frame = pl.DataFrame(
+        {
+            "_job": jobs.ids[live],
+            "_state": state,
+            "_cause": cause,
+            "_failed": failed,
+            "_gpus": jobs.gpus[live],
+            "_nodes": jobs.nodes[live],
+            "_first": jobs.first_node[live],
+            "_user": jobs.user[live],
+            "_never": never_started,
+            "_submit": submit_s,
+            "_start": start_s,
+            "_end": start_s + elapsed,
+            "_elapsed": elapsed,
+        }
+    ).with_columns(pl.lit(attempt, pl.Int32).alias("_attempt"))
     return frame, again, run
+
+
+def _seconds(hours: np.ndarray) -> np.ndarray:
+    return np.round(hours * 3600).astype(np.int64)
 
 
 def _draw(rng: np.random.Generator, table: tuple[tuple[str, float], ...], k: int) -> np.ndarray:
@@ -201,104 +270,3 @@ def _causes(rng: np.random.Generator, state: np.ndarray, hardware: np.ndarray) -
     user_failed = (state == "FAILED") & ~hardware & (rng.uniform(0, 1, k) < 0.7)
     cause = np.where(hardware, _draw(rng, FAILURE_CAUSES, k), "")
     return np.where(user_failed, _draw(rng, USER_CAUSES, k), cause)
-
-
-_EXIT_CODES = {
-    "COMPLETED": "0:0",
-    "FAILED": "1:0",
-    "CANCELLED": "0:15",
-    "OUT_OF_MEMORY": "0:125",
-}
-
-
-def _rows(
-    jobs: _Jobs,
-    live: np.ndarray,
-    state: np.ndarray,
-    cause: np.ndarray,
-    submit_h: np.ndarray,
-    queue_h: np.ndarray,
-    run_h: np.ndarray,
-    never_started: np.ndarray,
-    attempt: int,
-) -> pl.DataFrame:
-    """The sacct text columns of one attempt per live job."""
-    submit_s = np.round(submit_h * 3600).astype(np.int64)
-    start_s = submit_s + np.round(queue_h * 3600).astype(np.int64)
-    elapsed = np.round(run_h * 3600).astype(np.int64)
-    end_s = start_s + elapsed
-    gpus, nodes, first = jobs.gpus[live], jobs.nodes[live], jobs.first_node[live]
-    frame = pl.DataFrame(
-        {
-            "_job": jobs.ids[live],
-            "_state": state,
-            "_cause": cause,
-            "_gpus": gpus,
-            "_nodes": nodes,
-            "_first": first,
-            "_last": first + nodes - 1,
-            "_user": jobs.user[live],
-            "_never": never_started,
-            "Submit": _timestamps(submit_s),
-            "Start": _timestamps(start_s),
-            "End": _timestamps(end_s),
-            "ElapsedRaw": elapsed,
-        }
-    ).with_columns(pl.lit(attempt, pl.Int32).alias("_attempt"))
-    return frame.select(*_text_columns(), "_job", "_attempt")
-
-
-def _timestamps(seconds: np.ndarray) -> pl.Series:
-    return pl.Series((EPOCH + seconds.astype("timedelta64[s]")).astype("datetime64[ms]"))
-
-
-def _text_columns() -> list[pl.Expr]:
-    job = pl.col("_job").cast(pl.String)
-    never = pl.col("_never")
-    cancelled = pl.format("CANCELLED by {}", pl.col("_user") + 1000)
-    state = pl.when(pl.col("_state") == "CANCELLED").then(cancelled).otherwise(pl.col("_state"))
-    tres = pl.format(
-        "billing={},cpu={},gres/gpu={},mem={}M,node={}",
-        pl.col("_gpus") * 12,
-        pl.col("_gpus") * 12,
-        pl.col("_gpus"),
-        pl.col("_gpus") * 120000,
-        pl.col("_nodes"),
-    )
-    nodelist = (
-        pl.when(pl.col("_nodes") == 1)
-        .then(pl.format("node{}", pl.col("_first")))
-        .otherwise(pl.format("node[{}-{}]", pl.col("_first"), pl.col("_last")))
-    )
-    action = pl.when(pl.col("_state") == "REQUEUED").then(pl.lit("requeue_exclude"))
-    comment = pl.concat_str(
-        pl.lit('{"triage":{"cause":"'),
-        pl.col("_cause"),
-        pl.lit('","nodes":["node'),
-        pl.col("_first").cast(pl.String),
-        pl.lit('"],"action":"'),
-        action.otherwise(pl.lit("none")),
-        pl.lit('","n":'),
-        pl.col("_attempt").cast(pl.String),
-        pl.lit("}}"),
-    )
-    fmt = "%Y-%m-%dT%H:%M:%S"
-    return [
-        job.alias("JobID"),
-        job.alias("JobIDRaw"),
-        state.alias("State"),
-        pl.col("_state").replace_strict(_EXIT_CODES, default="0:0").alias("ExitCode"),
-        pl.col("Submit").dt.strftime(fmt),
-        pl.when(never)
-        .then(pl.lit("None"))
-        .otherwise(pl.col("Start").dt.strftime(fmt))
-        .alias("Start"),
-        pl.when(never).then(pl.col("Start")).otherwise(pl.col("End")).dt.strftime(fmt).alias("End"),
-        pl.when(never).then(0).otherwise(pl.col("ElapsedRaw")).alias("ElapsedRaw"),
-        pl.col("_nodes").alias("NNodes"),
-        pl.when(never).then(pl.lit("")).otherwise(tres).alias("AllocTRES"),
-        pl.when(never).then(pl.lit("None assigned")).otherwise(nodelist).alias("NodeList"),
-        pl.lit("learn").alias("Partition"),
-        pl.format("user{}", pl.col("_user")).alias("User"),
-        pl.when(pl.col("_cause") == "").then(pl.lit("")).otherwise(comment).alias("AdminComment"),
-    ]

@@ -1,35 +1,36 @@
-"""`slurm-triage mttf|ettr|report|synth`: the reliability analytics (extra `[analytics]`).
+"""`slurm-triage mttf|ettr|synth` (and `report`, in analytics_report): the reliability
+analytics (extra `[analytics]`).
 
 `mttf` and `ettr` (closed form) import only the pure-Python model, so they answer fast
 without numpy, polars or matplotlib; `ettr --simulate`, `report` and `synth` import the
-extra when they run. Bad values are one-line TriageErrors (exit 2), never tracebacks.
+extra when they run. Bad values are one-line TriageErrors (exit 2), never tracebacks; an
+r_f above 0.1 per node-day is refused with a hint unless --force (analytics_args).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import math
-import threading
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from slurm_triage.analytics import model
-from slurm_triage.errors import TriageError
-
-PLOTS_MODULE = "slurm_triage.analytics.plots"
-RF_HELP = (
-    "failure rate r_f in failures per node-day (Kokolis et al.: RSC-1 6.5e-3, i.e. 6.50 per "
-    "1000 node-days; RSC-2 2.34e-3)"
+from slurm_triage.cli import analytics_report
+from slurm_triage.cli.analytics_args import (
+    FORCE_HELP,
+    RF_HELP,
+    number,
+    positive_int,
+    require_extra,
+    rf_value,
 )
+from slurm_triage.errors import TriageError
 
 
 def register(sub: Any) -> None:
     _register_mttf(sub)
     _register_ettr(sub)
-    _register_report(sub)
+    analytics_report.register(sub)
     _register_synth(sub)
 
 
@@ -44,6 +45,7 @@ def _register_mttf(sub: Any) -> None:
     parser.add_argument("--gpus", nargs="+", required=True, metavar="N", help="job size(s)")
     parser.add_argument("--gpus-per-node", default="8", metavar="G", help="default 8")
     parser.add_argument("--rf", required=True, metavar="R", help=RF_HELP)
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=_mttf)
 
@@ -75,92 +77,55 @@ def _register_ettr(sub: Any) -> None:
     parser.add_argument("--simulate", metavar="RUNS", help="also simulate RUNS job runs")
     parser.add_argument("--run-days", default="30", metavar="DAYS", help="simulated work")
     parser.add_argument("--seed", default="0", metavar="S", help="simulation seed")
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=_ettr)
-
-
-def _register_report(sub: Any) -> None:
-    parser = sub.add_parser(
-        "report",
-        help="reliability report (HTML + PNG) from Slurm accounting",
-        description="Read sacct output (a saved file, or sacct run now through the Slurm "
-        "door), join our attributions (AdminComment), and write index.html, PNG plots and "
-        "summary.json to --out, with a summary on the terminal. The file format is what "
-        "`sacct -a -D -X -n -P --delimiter='|' -o JobID,JobIDRaw,State,ExitCode,Submit,"
-        "Start,End,ElapsedRaw,NNodes,AllocTRES,NodeList,Partition,User,AdminComment` "
-        "prints, with or without its header line.",
-    )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--sacct", type=Path, metavar="FILE", help="saved sacct output")
-    source.add_argument("--since", metavar="DATE", help="run sacct for jobs since DATE")
-    parser.add_argument("--until", metavar="DATE", help="with --since: up to DATE (now)")
-    parser.add_argument("--out", type=Path, default=Path("slurm-triage-report"), metavar="DIR")
-    journal = parser.add_mutually_exclusive_group()
-    journal.add_argument(
-        "--journal",
-        type=Path,
-        metavar="FILE",
-        help="our decisions journal to join (default: decision.journal from the config, "
-        "when that file exists)",
-    )
-    journal.add_argument("--no-journal", action="store_true", help="AdminComment only")
-    parser.add_argument("--min-gpus", default="128", metavar="G", help="r_f population: > G")
-    parser.add_argument("--gpus-per-node", default="8", metavar="G", help="default 8")
-    parser.add_argument("--ckpt-interval-min", default="60", metavar="D", help="assumed dt")
-    parser.add_argument("--restart-min", default="5", metavar="U", help="assumed u0")
-    parser.add_argument("--ckpt-write-s", default="0", metavar="W", help="w for ETTR curves")
-    parser.add_argument("--queue-min", default="0", metavar="Q", help="q for ETTR curves")
-    parser.add_argument("--rf", metavar="R", help="r_f for model curves, else measured")
-    parser.add_argument("--simulate", default="200", metavar="RUNS", help="0: no markers")
-    parser.add_argument("--json", action="store_true", help="print summary JSON")
-    parser.set_defaults(handler=_report)
 
 
 def _register_synth(sub: Any) -> None:
     parser = sub.add_parser(
         "synth",
-        help="write synthetic sacct accounting with the paper's job mix",
-        description="Synthetic accounting in the format `report --sacct` reads: most jobs "
-        "one node or less, a long tail to 8192 GPUs, the paper's state mix, and node "
-        "failures at rate r_f (a Poisson process over each attempt's node-days), with "
-        "attributions in AdminComment. The analysis recovers r_f from it.",
+        help="write synthetic sacct accounting (and node events) with the paper's job mix",
+        description="Synthetic accounting that `report --sacct` reads: most jobs one node or "
+        "less, a long tail to 8192 GPUs, the paper's state mix, and node failures at rate "
+        "r_f (a Poisson process over each attempt's node-days). --form triage: our columns "
+        "with attributions in AdminComment; --form plain: a site's `sacct -P` dump (JobID, "
+        "JobName, Elapsed, header, no AdminComment, --steps for step rows), where a failure "
+        "Slurm requeued is a bare REQUEUED row and only the node events (--events-out, as "
+        "`sacctmgr -P show event` prints them) tell it from a preemption. The analysis "
+        "recovers r_f from it.",
     )
     parser.add_argument("--jobs", required=True, metavar="N", help="logical jobs")
     parser.add_argument("--rf", required=True, metavar="R", help=RF_HELP)
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
     parser.add_argument("--seed", default="0", metavar="S")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE")
+    parser.add_argument("--events-out", type=Path, metavar="FILE", help="node events to FILE")
+    parser.add_argument("--form", choices=("triage", "plain"), default="triage")
+    parser.add_argument("--steps", action="store_true", help="plain form: step rows too")
+    parser.add_argument(
+        "--node-fail-share", default="0.35", metavar="P", help="failures shown as NODE_FAIL"
+    )
+    parser.add_argument(
+        "--requeue-after-failure", default="0.7", metavar="P", help="failures requeued"
+    )
+    parser.add_argument(
+        "--keep-first-submit",
+        action="store_true",
+        help="every attempt shows its job's first Submit",
+    )
     parser.add_argument("--days", default="330", metavar="DAYS", help="period (330)")
     parser.add_argument("--gpus-per-node", default="8", metavar="G", help="default 8")
     parser.add_argument("--header", action="store_true", help="write sacct's header line")
     parser.set_defaults(handler=_synth)
 
 
-def _number(
-    text: str, flag: str, *, integer: bool = False, minimum: float = 0.0, strict: bool = True
-) -> Any:
-    """Parse a flag's value; one-line TriageError unless it is a finite number above (or
-    at, when not strict) `minimum`."""
-    kind = "an integer" if integer else "a number"
-    bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
-    try:
-        value = int(text) if integer else float(text)
-    except (TypeError, ValueError):
-        raise TriageError(f"{flag} must be {kind} {bound}, not {text!r}") from None
-    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
-        raise TriageError(f"{flag} must be {kind} {bound}, not {text!r}")
-    return value
-
-
-def _positive_int(text: str, flag: str) -> int:
-    return int(_number(text, flag, integer=True))
-
-
 def _mttf(args: argparse.Namespace, context: Any) -> int:
-    rf = _number(args.rf, "--rf")
-    per_node = _positive_int(args.gpus_per_node, "--gpus-per-node")
+    rf = rf_value(args.rf, args.force)
+    per_node = positive_int(args.gpus_per_node, "--gpus-per-node")
     rows = []
     for text in args.gpus:
-        gpus = _positive_int(text, "--gpus")
+        gpus = positive_int(text, "--gpus")
         nodes = model.nodes_for_gpus(gpus, per_node)
         hours = model.mttf_hours(nodes, rf)
         rows.append(
@@ -187,26 +152,26 @@ def _mttf(args: argparse.Namespace, context: Any) -> int:
 
 
 def _ettr_job(args: argparse.Namespace, interval_min: float) -> model.JobRun:
-    per_node = _positive_int(args.gpus_per_node, "--gpus-per-node")
+    per_node = positive_int(args.gpus_per_node, "--gpus-per-node")
     return model.JobRun(
-        n_nodes=model.nodes_for_gpus(_positive_int(args.gpus, "--gpus"), per_node),
-        rf_per_node_day=_number(args.rf, "--rf"),
-        restart_min=_number(args.restart_min, "--restart-min", strict=False),
+        n_nodes=model.nodes_for_gpus(positive_int(args.gpus, "--gpus"), per_node),
+        rf_per_node_day=rf_value(args.rf, args.force),
+        restart_min=number(args.restart_min, "--restart-min", strict=False),
         ckpt_interval_min=interval_min,
-        ckpt_write_s=_number(args.ckpt_write_s, "--ckpt-write-s", strict=False),
-        queue_min=_number(args.queue_min, "--queue-min", strict=False),
+        ckpt_write_s=number(args.ckpt_write_s, "--ckpt-write-s", strict=False),
+        queue_min=number(args.queue_min, "--queue-min", strict=False),
     )
 
 
 def _ettr(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage.analytics import ettr_answer
 
-    runs = _positive_int(args.simulate, "--simulate") if args.simulate is not None else 0
-    run_days = _number(args.run_days, "--run-days")
-    seed = int(_number(args.seed, "--seed", integer=True, strict=False))
+    runs = positive_int(args.simulate, "--simulate") if args.simulate is not None else 0
+    run_days = number(args.run_days, "--run-days")
+    seed = int(number(args.seed, "--seed", integer=True, strict=False))
     job = _ettr_job(args, _interval(args))
     if runs:
-        _require_extra("ettr --simulate")
+        require_extra("ettr --simulate")
     result = ettr_answer.evaluate(
         job, optimal=args.optimal, runs=runs, run_days=run_days, seed=seed
     )
@@ -219,8 +184,8 @@ def _interval(args: argparse.Namespace) -> float:
     if not args.optimal:
         if args.ckpt_interval_min is None:
             raise TriageError("--ckpt-interval-min is required (or use --optimal)")
-        return float(_number(args.ckpt_interval_min, "--ckpt-interval-min"))
-    if _number(args.ckpt_write_s, "--ckpt-write-s", strict=False) == 0:
+        return float(number(args.ckpt_interval_min, "--ckpt-interval-min"))
+    if number(args.ckpt_write_s, "--ckpt-write-s", strict=False) == 0:
         raise TriageError(
             "--optimal needs --ckpt-write-s > 0 (with free writes, checkpoint as often as you can)"
         )
@@ -228,118 +193,37 @@ def _interval(args: argparse.Namespace) -> float:
     return model.young_daly_interval_min(probe.n_nodes, probe.rf_per_node_day, probe.ckpt_write_s)
 
 
-def _require_extra(what: str) -> None:
-    try:
-        import matplotlib  # noqa: F401
-        import numpy  # noqa: F401
-        import polars  # noqa: F401
-    except ImportError as exc:
-        raise TriageError(
-            f"{what} needs the analytics extra ({exc.name} is missing): "
-            "pip install 'slurm-triage[analytics]'"
-        ) from None
-
-
-def _report_options(args: argparse.Namespace) -> Any:
-    from slurm_triage.analytics.analysis import ReportOptions
-    from slurm_triage.analytics.runs import RunAssumptions
-
-    return ReportOptions(
-        min_gpus=int(_number(args.min_gpus, "--min-gpus", integer=True, strict=False)),
-        gpus_per_node=_positive_int(args.gpus_per_node, "--gpus-per-node"),
-        assume=RunAssumptions(
-            ckpt_interval_min=_number(args.ckpt_interval_min, "--ckpt-interval-min"),
-            restart_min=_number(args.restart_min, "--restart-min", strict=False),
-        ),
-        ckpt_write_s=_number(args.ckpt_write_s, "--ckpt-write-s", strict=False),
-        queue_min=_number(args.queue_min, "--queue-min", strict=False),
-        rf_per_node_day=_number(args.rf, "--rf") if args.rf is not None else None,
-        simulate_runs=int(_number(args.simulate, "--simulate", integer=True, strict=False)),
-    )
-
-
-def _attributions(args: argparse.Namespace, context: Any) -> Any:
-    """The journal's decisions to join, if one is named or configured and present."""
-    from slurm_triage.analytics.fetch import journal_attributions
-
-    if args.no_journal:
-        return None
-    if args.journal is not None:
-        if not args.journal.is_file():
-            raise TriageError(f"{args.journal}: no such journal file")
-        return journal_attributions(args.journal)
-    configured = Path(context.config().decision.journal)
-    return journal_attributions(configured) if configured.is_file() else None
-
-
-def _report(args: argparse.Namespace, context: Any) -> int:
-    _require_extra("report")
-    from slurm_triage.analytics import ingest, report
-    from slurm_triage.analytics.progress import ProgressBar
-
-    options = _report_options(args)
-    # matplotlib takes a while to import; polars releases the GIL while it parses, so the
-    # import overlaps the ingest instead of following it.
-    warm = threading.Thread(target=importlib.import_module, args=(PLOTS_MODULE,), daemon=True)
-    warm.start()
-    if args.until is not None and args.since is None:
-        raise TriageError("--until needs --since")
-    if args.sacct is not None:
-        bar = ProgressBar(f"reading {args.sacct}", unit=" rows")
-        try:
-            accounting = ingest.read_sacct_file(args.sacct, progress=bar)
-        finally:
-            bar.close()
-    else:
-        from slurm_triage.analytics.fetch import fetch_sacct
-
-        since = parse_date(args.since, "--since")
-        until = parse_date(args.until, "--until") if args.until else None
-        text = fetch_sacct(context.config().slurm, since, until)
-        accounting = ingest.read_sacct_text(text, source=f"sacct since {args.since}")
-    journal = _attributions(args, context)
-    warm.join()
-    try:
-        analysis, files = report.build_report(
-            accounting, options, journal.lazy() if journal is not None else None, args.out
-        )
-    except OSError as exc:
-        raise TriageError(f"{args.out}: cannot write the report: {exc.strerror}") from None
-    if args.json:
-        print(json.dumps(report.summary(analysis), indent=2, default=str))
-    else:
-        print(report.summary_text(analysis, files))
-        if journal is not None:
-            print(f"joined {journal.height:,} decisions from the journal")
-    return 0
-
-
 def _synth(args: argparse.Namespace, context: Any) -> int:
+    require_extra("synth")
     from slurm_triage.analytics.progress import ProgressBar
     from slurm_triage.analytics.synth import SynthSpec, write_accounting
 
-    spec = SynthSpec(
-        jobs=_positive_int(args.jobs, "--jobs"),
-        rf_per_node_day=_number(args.rf, "--rf"),
-        seed=int(_number(args.seed, "--seed", integer=True, strict=False)),
-        days=_number(args.days, "--days"),
-        gpus_per_node=_positive_int(args.gpus_per_node, "--gpus-per-node"),
-        header=args.header,
-    )
+    try:
+        spec = SynthSpec(
+            jobs=positive_int(args.jobs, "--jobs"),
+            rf_per_node_day=rf_value(args.rf, args.force),
+            seed=int(number(args.seed, "--seed", integer=True, strict=False)),
+            days=number(args.days, "--days"),
+            gpus_per_node=positive_int(args.gpus_per_node, "--gpus-per-node"),
+            header=args.header,
+            form=args.form,
+            steps=args.steps,
+            node_fail_share=number(args.node_fail_share, "--node-fail-share", strict=False),
+            requeue_after_failure=number(
+                args.requeue_after_failure, "--requeue-after-failure", strict=False
+            ),
+            keep_first_submit=args.keep_first_submit,
+        )
+    except ValueError as exc:
+        raise TriageError(f"synth: {exc}") from None
     bar = ProgressBar("synth", unit=" jobs")
     try:
-        rows = write_accounting(spec, args.out, progress=bar)
+        rows = write_accounting(spec, args.out, progress=bar, events_out=args.events_out)
     except OSError as exc:
-        raise TriageError(f"{args.out}: cannot write: {exc.strerror}") from None
+        raise TriageError(f"{exc.filename or args.out}: cannot write: {exc.strerror}") from None
     finally:
         bar.close()
-    print(f"wrote {rows:,} sacct rows for {spec.jobs:,} jobs to {args.out}")
+    print(f"wrote {rows:,} sacct job rows for {spec.jobs:,} jobs to {args.out}")
+    if args.events_out is not None:
+        print(f"wrote node events to {args.events_out}")
     return 0
-
-
-def parse_date(text: str, flag: str) -> datetime:
-    """A date for sacct: YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]; one-line error otherwise."""
-    try:
-        return datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        raise TriageError(f"{flag}: not a date {text!r} (use YYYY-MM-DD[THH:MM[:SS]])") from None

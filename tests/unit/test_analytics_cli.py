@@ -148,28 +148,108 @@ def test_report_since_without_sacct_is_exit_3(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_report_since_runs_the_expected_sacct(tmp_path: Path) -> None:
-    """--since DATE asks sacct for every user's allocations, each requeue a row, since DATE."""
+def _fake_slurm_bin(tmp_path: Path, sacct_rows: str, events: str) -> Path:
+    """sacct and sacctmgr that log their argv and print the given text."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    record = tmp_path / "argv.txt"
-    fake = bindir / "sacct"
-    fake.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" > {record}\n'
-        "echo '1|1|COMPLETED|0:0|2026-01-02T00:00:00|2026-01-02T00:00:00|"
-        "2026-01-02T01:00:00|3600|1|billing=8,gres/gpu=8,node=1|n1|p|u|'\n"
-    )
-    fake.chmod(0o755)
+    for name, text in (("sacct", sacct_rows), ("sacctmgr", events)):
+        (tmp_path / f"{name}.out").write_text(text)
+        fake = bindir / name
+        fake.write_text(
+            "#!/bin/sh\n"
+            f'echo "$@" > {tmp_path / (name + ".argv")}\n'
+            f"cat {tmp_path / (name + '.out')}\n"
+        )
+        fake.chmod(0o755)
+    return bindir
+
+
+# A 256-GPU attempt Slurm requeued (REQUEUED, no AdminComment) while node7 stopped
+# answering: only the node event says it was a node failure.
+REQUEUED_256 = (
+    "1|1|REQUEUED|0:0|2026-01-02T00:00:00|2026-01-02T00:00:00|2026-01-02T01:00:00|3600|32|"
+    "billing=256,gres/gpu=256,node=32|node[1-32]|p|u|\n"
+)
+EVENTS_DOOR = (
+    "NodeName|TimeStart|TimeEnd|State|User|Reason\n"
+    "node7|2026-01-02T01:00:30|2026-01-02T05:00:00|DOWN*||Not responding\n"
+)
+
+
+def test_report_since_runs_the_expected_sacct_and_sacctmgr(tmp_path: Path) -> None:
+    """--since DATE asks sacct for every user's allocations, each requeue a row, since DATE,
+    and sacctmgr (through the Slurm door) for the node events of the same period; the
+    event makes the REQUEUED attempt a node failure."""
+    bindir = _fake_slurm_bin(tmp_path, REQUEUED_256, EVENTS_DOOR)
     out = str(tmp_path / "out")
-    result = _run("report", "--since", "2026-01-01", "--out", out, env={BIN_DIR: str(bindir)})
+    env = {BIN_DIR: str(bindir), "SLURM_TRIAGE__SLURM__BACKEND": "cli"}
+    result = _run("report", "--since", "2026-01-01", "--out", out, "--json", env=env)
     assert result.returncode == 0, result.stderr
-    argv = record.read_text().split()
+    argv = (tmp_path / "sacct.argv").read_text().split()
     for flag in ("-a", "-D", "-X", "-n", "-P", "--delimiter=|"):
         assert flag in argv
     assert argv[argv.index("-S") + 1] == "2026-01-01T00:00:00"
     assert argv[argv.index("-o") + 1].endswith(",AdminComment")
-    assert "1 sacct rows" in result.stdout
+    events_argv = (tmp_path / "sacctmgr.argv").read_text().split()
+    assert events_argv[:5] == ["-P", "show", "event", "Events=Node", "Start=2026-01-01T00:00:00"]
+    summary = json.loads(result.stdout)
+    assert summary["rows"] == 1
+    assert summary["rf_failures"] == 1
+    assert summary["failure_sources"]["node_event"] == {"failures": 1, "rf_failures": 1}
+    assert summary["unattributed_requeued"] == 0
+    text = _run("report", "--since", "2026-01-01", "--out", out, "--no-events", env=env)
+    assert text.returncode == 0, text.stderr
+    assert "1 job rows" in text.stdout
+    assert "REQUEUED attempts unattributed: 1 (256 GPU-hours)" in text.stdout
+
+
+def test_report_with_events_file_counts_each_source(tmp_path: Path) -> None:
+    """--events FILE (sacctmgr's default format) joins like the door's events; without it
+    the same REQUEUED attempt is not a failure and the summary says so plainly."""
+    sacct = tmp_path / "sacct.txt"
+    sacct.write_text(REQUEUED_256)
+    events = tmp_path / "events.txt"
+    events.write_text(
+        "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
+        "c|node7|2026-01-02T00:59:00|Unknown|DRAIN|triage: gpu_memory job=1: XID 48|slurm(64030)\n"
+    )
+    base = ["report", "--sacct", str(sacct), "--out", str(tmp_path / "out"), "--json"]
+    joined = json.loads(_run(*base, "--events", str(events)).stdout)
+    assert joined["rf_failures"] == 1
+    assert joined["node_events"]["explained_failures"] == 1
+    causes = {row["cause"]: row["failures"] for row in joined["rf_by_cause"]}
+    assert causes == {"gpu_memory": 1}
+    alone = json.loads(_run(*base).stdout)
+    assert alone["rf_failures"] == 0
+    assert alone["unattributed_requeued"] == 1
+    assert alone["unattributed_requeued_gpu_hours"] == 256.0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "mttf --gpus 16384 --rf 6.5",
+        f"{ETTR_8} --ckpt-interval-min 60".replace("1e-3", "6.5"),
+        "synth --jobs 10 --rf 6.5 --out /nonexistent/x",
+        "report --sacct /nonexistent/x --rf 6.5",
+    ],
+)
+def test_an_rf_per_1000_node_days_is_refused_with_a_hint(command: str) -> None:
+    """--rf 6.5 (the paper's per-1000 figure typed as is) would silently give MTTF 0.00 h:
+    every command refuses it in one line, exit 2, suggesting 6.5e-3."""
+    result = _run(*command.split())
+    assert result.returncode == 2
+    assert "did you mean 6.5e-3" in result.stderr
+    assert "--force" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_force_takes_a_large_rf_as_given() -> None:
+    """--force accepts a value above 0.1 per node-day; 0.1 itself needs no --force."""
+    forced = _run("mttf", "--gpus", "8", "--rf", "6.5", "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["rf_per_node_day"] == 6.5
+    assert _run("mttf", "--gpus", "8", "--rf", "0.1").returncode == 0
 
 
 def test_report_joins_the_decisions_journal(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from slurm_triage.analytics import ingest
+from slurm_triage.analytics import attribution_join, ingest
 from slurm_triage.analytics.ingest import IngestError
 from tests.conftest import FIXTURES
 
@@ -46,7 +46,7 @@ def _write(tmp_path: Path, text: str | bytes, name: str = "sacct.txt") -> Path:
 
 
 def _read(tmp_path: Path, text: str | bytes) -> pl.DataFrame:
-    return ingest.attribute(ingest.read_sacct_file(_write(tmp_path, text)).attempts)
+    return attribution_join.attribute(ingest.read_sacct_file(_write(tmp_path, text)).attempts)
 
 
 def test_recorded_output_with_header_is_typed(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_journal_attributions_join_and_win_over_admincomment(tmp_path: Path) -> 
     journal = pl.LazyFrame(
         {"job_raw": [3, 2], "attempt": [1, 1], "cause": ["infiniband", "cuda_oom"]}
     )
-    frame = ingest.attribute(accounting.attempts, journal)
+    frame = attribution_join.attribute(accounting.attempts, journal)
     causes = dict(zip(frame["job_raw"], frame["cause"].cast(pl.String), strict=False))
     assert causes[2] == "cuda_oom"
     first_of_3 = frame.filter(pl.col("job_raw") == 3)["cause"].cast(pl.String).to_list()
@@ -205,7 +205,8 @@ def test_in_memory_text_reads_like_a_file(tmp_path: Path) -> None:
         (b"", "no sacct job rows"),
         (b"\x00\x01\x02 random bytes\nmore|junk\n", "not sacct output"),
         (b"JobID|State|End\n1|COMPLETED|x\n", "header lacks"),
-        (b"JobID|JobIDRaw|AdminComment|State|Submit|Start|End|ElapsedRaw|NNodes\n", "last"),
+        (b"JobID|JobIDRaw|State|Submit|End|NNodes\n1|1|COMPLETED|x|y|1\n", "ElapsedRaw or"),
+        (b"JobID|JobIDRaw|State|Submit|End|ElapsedRaw|NNodes\n", "no sacct job rows"),
     ],
 )
 def test_garbage_is_a_one_line_error(tmp_path: Path, content: bytes, message: str) -> None:

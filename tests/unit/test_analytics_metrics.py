@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import polars as pl
 import pytest
 
-from slurm_triage.analytics import ingest, metrics, runs
+from slurm_triage.analytics import attribution_join, ingest, metrics, runs
 
 T0 = datetime(2026, 1, 1)
 
@@ -40,7 +40,7 @@ def _line(
 
 def _done(*lines: str) -> pl.DataFrame:
     attempts = ingest.read_sacct_text("\n".join(lines) + "\n").attempts
-    return metrics.ended(ingest.attribute(attempts))
+    return metrics.ended(attribution_join.attribute(attempts))
 
 
 def _cube(*lines: str, **kw: object) -> pl.DataFrame:

@@ -1,4 +1,4 @@
-"""The report renders: HTML linking four PNG plots, a JSON summary and a terminal summary,
+"""The report renders: HTML linking its PNG figures, a JSON summary and a terminal summary,
 for a realistic synthetic cluster and for a tiny one with no large jobs."""
 
 from __future__ import annotations
@@ -13,7 +13,15 @@ from slurm_triage.analytics import analysis, ingest, report
 from slurm_triage.analytics.synth import SynthSpec, write_accounting
 from tests.unit.test_analytics_ingest import RECORDED_WITH_HEADER
 
-PLOTS = ("mttf.png", "ettr.png", "taxonomy.png", "failures.png")
+PLOTS = (
+    "mttf.png",
+    "failures.png",
+    "rf_by_cause.png",
+    "ettr_interval.png",
+    "taxonomy.png",
+    "states.png",
+    "ettr.png",
+)
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -59,7 +67,7 @@ def test_summary_states_rf_per_1000_node_days_and_projections(
 def test_html_tables_cover_every_metric(synthetic: analysis.Analysis) -> None:
     """State mix, taxonomy, MTTF by size, job runs and goodput all appear in the page."""
     html = report.render_html(synthetic)
-    for needle in ("NODE_FAIL", "infiniband", "1025-4096", "weighted_ettr", "preemption"):
+    for needle in ("NODE_FAIL", "infiniband", "1025-4096", "ETTR, GPU-time weighted", "preemption"):
         assert needle in html
 
 
@@ -75,7 +83,7 @@ def test_simulated_points_follow_the_closed_form_where_it_is_valid(
 
 def test_tiny_cluster_without_large_jobs_still_renders(tmp_path: Path) -> None:
     """Real recorded output with no job over 128 GPUs: no r_f, the paper's rate for the
-    model curves, and all four plots drawn."""
+    model curves, and every figure drawn."""
     source = tmp_path / "sacct.txt"
     source.write_text(RECORDED_WITH_HEADER)
     result = analysis.analyse(ingest.read_sacct_file(source))

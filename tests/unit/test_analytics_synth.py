@@ -8,12 +8,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from slurm_triage.analytics import ingest, metrics
+from slurm_triage.analytics import attribution_join, ingest, metrics
 from slurm_triage.analytics.synth import SynthSpec, write_accounting
 
 
 def _analyse(path: Path) -> pl.DataFrame:
-    return metrics.ended(ingest.attribute(ingest.read_sacct_file(path).attempts))
+    return metrics.ended(attribution_join.attribute(ingest.read_sacct_file(path).attempts))
 
 
 @pytest.mark.parametrize("rf", [6.5e-3, 2.34e-3])
