@@ -140,7 +140,9 @@ def test_cli_door_merges_user_exclusions(bin_dir: Path) -> None:
     _fake(
         bin_dir,
         "scontrol",
-        f'echo "$@" >> {log}\nif [ "$1" = show ]; then cat {bin_dir}/job7.txt; fi',
+        f'echo "$@" >> {log}\nif [ "$1" = show ]; then cat {bin_dir}/job7.txt; fi\n'
+        # The door asks the version once: 22.05 reads jobs in the text form.
+        'if [ "$1" = --version ]; then echo "slurm 22.05.8"; fi',
     )
     door = open_door(SlurmConfig(bin_dir=str(bin_dir), backend="cli"))
     assert door.set_excluded_nodes(7, ["node2", "node3"]) == ("node3", "node4", "node2")
