@@ -82,3 +82,28 @@ def test_the_newest_recovery_action_of_a_gpu_is_its_state() -> None:
         kmsg(-20, xid("5d", 154, changed("0x1 (GPU Reset Required)", "0x0 (None)"))),
     )
     assert other_gpu.failed and "0000:3b:00" in other_gpu.reason
+
+
+def test_on_the_simulated_node_a_reboot_stays_a_reboot(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The simulated GPU logs XID 154 (node reboot required), then its GSP times out: the
+    prolog's gpu.xid asks for the reboot and names the XID that asked for it."""
+    import time
+    from pathlib import Path
+
+    from slurm_triage.health_checks import registry
+    from slurm_triage.health_checks.runner import Run
+    from slurm_triage.simulate import driver_log
+    from slurm_triage.simulate.estate import NodeEstate, inject
+    from tests.unit.test_health_runner import sim_config
+
+    config = sim_config(tmp_path)
+    estate = NodeEstate(Path(config.health.simulate_root), "node2").ensure()
+    reboot = changed("0x0 (None)", "0x2 (Node Reboot Required)")
+    for line in driver_log.xid_lines(154, "0000:5d:00", reboot):
+        estate.kernel_line(line, time.time() - 30)
+    inject(estate, "xid", 119, gpu=3)
+    (result,) = Run(config, registry.select(["gpu.xid"], False), node="node2").execute().results
+    assert (result.action, result.reason) == (
+        Action.REBOOT,
+        "XID 154 GPU 0000:5d:00 GPU recovery action changed",
+    )
