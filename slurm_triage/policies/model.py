@@ -96,6 +96,8 @@ class Decision:
     reasons: tuple[str, ...] = ()
     # Blamed nodes the job requires (-w): why it is held instead of requeued excluding them.
     required_failed: tuple[str, ...] = ()
+    # The requeue budget a hold spent: "total" or the cause family (metrics count them).
+    budget_spent: str = ""
 
     def but(self, reason: str, **changes: Any) -> Decision:
         """This decision changed as `changes` say, with the reason appended."""
@@ -109,6 +111,7 @@ class Decision:
             "begin_delay_s": self.begin_delay_s,
             "reasons": list(self.reasons),
             "required_failed": list(self.required_failed),
+            "budget_spent": self.budget_spent,
         }
 
 
