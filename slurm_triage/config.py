@@ -131,8 +131,6 @@ class HealthConfig:
     # Before draining, a node marks its failure in its Slurm node Comment and waits this
     # long for others failing the same check at the same time to do so (0: no wait).
     breaker_settle_s: float = field(default=3.0, metadata=_range(0, 300))
-    # node_exporter textfile collector output (e.g. /var/lib/node_exporter/slurm_triage.prom).
-    prometheus_textfile: str = ""
 
 
 @dataclass(frozen=True)
@@ -236,6 +234,49 @@ class DecisionConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """Prometheus metrics: node_exporter textfiles and `slurm-triage metrics`."""
+
+    # node_exporter textfile the Prolog, Epilog and health checks write on each node ({node}
+    # is the node's name), e.g. /var/lib/node_exporter/textfile/slurm_triage_{node}.prom.
+    # Empty: no node metrics are kept.
+    node_textfile: str = ""
+    # node_exporter textfile the decision writes on the controller (as SlurmUser), e.g.
+    # /var/lib/node_exporter/textfile/slurm_triage_controller.prom. Empty: not written.
+    controller_textfile: str = ""
+    # `slurm-triage metrics serve`: where to listen (localhost unless you mean otherwise).
+    listen_address: str = "127.0.0.1"
+    listen_port: int = field(default=9717, metadata=_range(1, 65535))
+
+
+NoticeKindName = Literal["drain", "rma", "breaker_trip", "hold"]
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """Webhook notifications of drains, RMA candidates, breaker trips and held jobs."""
+
+    # A file holding the webhook's URL on one line; empty turns notifications off. A file,
+    # not the URL itself: a Slack webhook URL is a password and config.toml is readable by
+    # every job. Keep it readable by root and SlurmUser only (0640 root:slurm).
+    webhook_url_file: str = ""
+    # "slack": {"text": "..."} (Slack, Mattermost, Rocket.Chat incoming webhooks);
+    # "json": every field of the event as a JSON object (docs/observability.md).
+    webhook_format: Literal["slack", "json"] = "slack"
+    events: tuple[NoticeKindName, ...] = ("drain", "rma", "breaker_trip", "hold")
+    # One HTTP attempt's timeout, the attempts for a transient failure (connection refused,
+    # timeout, HTTP 429 or 5xx), and the first wait between them (doubled each time).
+    webhook_timeout_s: float = field(default=2.0, metadata=_range(0.1, 60))
+    webhook_attempts: int = field(default=3, metadata=_range(1, 10))
+    webhook_retry_wait_s: float = field(default=0.5, metadata=_range(0, 60))
+    # Events waiting to be sent; past this many, new ones are dropped (and counted).
+    queue_size: int = field(default=100, metadata=_range(1, 10000))
+    # The most a decision or a health run waits for its notifications at its end; what is
+    # not delivered by then is given up (counted as abandoned), never holding up Slurm.
+    max_wait_s: float = field(default=3.0, metadata=_range(0, 60))
+
+
+@dataclass(frozen=True)
 class Config:
     """The effective configuration of one slurm-triage process."""
 
@@ -246,6 +287,8 @@ class Config:
     wrapper: WrapperConfig = field(default_factory=WrapperConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     decision: DecisionConfig = field(default_factory=DecisionConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
     source: str = field(default="<defaults>", compare=False)
 
 

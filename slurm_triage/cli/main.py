@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "slurm_triage.cli.slurm_cmd",
     "slurm_triage.cli.health_cmd",
     "slurm_triage.cli.journal_cmd",
+    "slurm_triage.cli.metrics_cmd",
     "slurm_triage.cli.wrap_cmd",
     "slurm_triage.cli.devcluster_cmd",
     "slurm_triage.cli.analytics_cmd",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurm_triage.config import HealthConfig
-from slurm_triage.health_checks.result import CheckResult, Severity, Status
+from slurm_triage.health_checks.result import CheckResult, Severity
 from slurm_triage.health_checks.runner import RunReport
 from slurm_triage.logs import get_logger
 from slurm_triage.slurm import NodeInfo, SlurmDoor, SlurmError
@@ -162,37 +162,6 @@ def carry_out(decision: NodeDecision, door: SlurmDoor, *, dry_run: bool) -> Node
         "health_node_" + decision.outcome.value, reason=decision.reason, check=decision.check
     )
     return replace(decision, applied=True)
-
-
-_STATUS_CODE = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3, Status.SKIPPED: 4}
-
-
-def prometheus_text(report: RunReport) -> str:
-    """node_exporter textfile-collector metrics for one run."""
-    lines = [
-        "# HELP slurm_triage_check_status 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN, 4 SKIPPED",
-        "# TYPE slurm_triage_check_status gauge",
-    ]
-    for r in report.results:
-        lines.append(
-            f'slurm_triage_check_status{{node="{report.node}",check="{r.check}"}} '
-            f"{_STATUS_CODE[r.status]}"
-        )
-    lines += [
-        "# HELP slurm_triage_check_seconds time one check took",
-        "# TYPE slurm_triage_check_seconds gauge",
-    ]
-    lines += [
-        f'slurm_triage_check_seconds{{node="{report.node}",check="{r.check}"}} {r.seconds:.6f}'
-        for r in report.results
-    ]
-    lines += [
-        "# HELP slurm_triage_health_last_run_timestamp_seconds when the run started",
-        "# TYPE slurm_triage_health_last_run_timestamp_seconds gauge",
-        f'slurm_triage_health_last_run_timestamp_seconds{{node="{report.node}",'
-        f'mode="{report.mode}"}} {report.started:.3f}',
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def write_atomically(path: Path, text: str) -> None:

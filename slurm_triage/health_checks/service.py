@@ -5,7 +5,7 @@ They differ only in what they select and what they do with a failure:
   the job elsewhere); a low-severity failure drains after the jobs and lets this one run;
 - periodic: every check; drain on failure, resume nodes we drained once everything passes.
 Each run's report is written to `<state_dir>/health/<node>.last.json` and, when configured,
-to the Prometheus textfile.
+counted in the node's metrics (slurm_triage.observe).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from slurm_triage.health_checks.actions import (
     carry_out,
     decide,
     failing_mark,
-    prometheus_text,
     write_atomically,
 )
 from slurm_triage.health_checks.result import Severity
 from slurm_triage.health_checks.runner import Run, RunReport, node_name
 from slurm_triage.logs import get_logger
+from slurm_triage.observe import hooks as observe
 from slurm_triage.slurm import SlurmDoor, SlurmError, open_door
 
 
@@ -97,7 +97,9 @@ def act(
     except SlurmError as exc:
         log.error("health_slurm_unreachable", error=str(exc))
         return NodeDecision(Outcome.SLURM_ERROR, report.node, detail=str(exc))
-    return carry_out(decision, door, dry_run=dry)
+    done = carry_out(decision, door, dry_run=dry)
+    observe.after_health_action(config, report, done, dry_run=dry_run)  # metrics, webhook
+    return done
 
 
 def _settle_then_decide(
@@ -111,15 +113,14 @@ def _settle_then_decide(
 
 
 def record(config: Config, report: RunReport) -> None:
-    """Keep the last report per node, and the Prometheus textfile when configured."""
+    """Keep the last report per node, and count it in the node's metrics when configured."""
     log = get_logger(node=report.node)
     try:
         path = Path(config.paths.state_dir) / "health" / f"{report.node}.last.json"
         write_atomically(path, json.dumps(report.to_dict()))
-        if config.health.prometheus_textfile:
-            write_atomically(Path(config.health.prometheus_textfile), prometheus_text(report))
     except OSError as exc:
         log.warning("health_report_unwritten", error=str(exc))
+    observe.after_health_report(config, report)
 
 
 def _log_report(report: RunReport) -> None:

@@ -50,6 +50,21 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX node_events_node ON node_events (node, at);
     """,
+    # 2: what the metrics need (observe/controller.py): the run's span and GPUs, when we
+    # requeued it, which requeue budget a hold spent; each notification's outcome.
+    """
+    ALTER TABLE decisions ADD COLUMN ended_at REAL;
+    ALTER TABLE decisions ADD COLUMN run_started_at REAL;
+    ALTER TABLE decisions ADD COLUMN gpus INTEGER;
+    ALTER TABLE decisions ADD COLUMN requeued_at REAL;
+    ALTER TABLE decisions ADD COLUMN budget_spent TEXT;
+    CREATE TABLE notifications (
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        outcome TEXT NOT NULL
+    );
+    """,
 )
 NODE_EVENT_KINDS = ("blamed", "excluded", "drained", "lemon_drained")
 
@@ -270,6 +285,75 @@ class Journal:
             NodeEvent(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
             for r in self._db.execute(query, args)
         )
+
+    # Aggregates for the metrics (observe/controller.py): every decided job end counts.
+
+    def decision_totals(self) -> tuple[DecisionTotal, ...]:
+        """Per (cause, domain, action): decisions, and the GPU-seconds their runs held."""
+        rows = self._read(
+            "SELECT cause, domain, action, count(*), total(CASE WHEN run_started_at IS NOT NULL "
+            "AND ended_at > run_started_at THEN (ended_at - run_started_at) * coalesce(gpus, 0) "
+            "ELSE 0 END), max(decided_at) FROM decisions WHERE decided_at IS NOT NULL "
+            "GROUP BY cause, domain, action"
+        )
+        return tuple(
+            DecisionTotal(r[0] or "", r[1] or "", r[2] or "", r[3], r[4], r[5]) for r in rows
+        )
+
+    def requeue_latencies(self) -> tuple[float, ...]:
+        """Seconds from each job end to our requeue of it (the job pending again)."""
+        rows = self._read(
+            "SELECT requeued_at - ended_at FROM decisions "
+            "WHERE requeued_at IS NOT NULL AND ended_at IS NOT NULL"
+        )
+        return tuple(max(0.0, float(r[0])) for r in rows)
+
+    def budget_holds(self) -> dict[str, int]:
+        """Holds because a requeue budget was spent, by budget ("total" or a cause family)."""
+        rows = self._read(
+            "SELECT budget_spent, count(*) FROM decisions WHERE budget_spent IS NOT NULL "
+            "AND decided_at IS NOT NULL GROUP BY budget_spent"
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    def drain_totals(self) -> dict[str, int]:
+        """Nodes the decisions drained, by the cause of the job end."""
+        rows = self._read(
+            "SELECT coalesce(cause, ''), count(*) FROM node_events "
+            "WHERE kind IN ('drained', 'lemon_drained') GROUP BY 1"
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    def notification_totals(self) -> dict[tuple[str, str], int]:
+        """Notifications by (kind, outcome)."""
+        rows = self._read("SELECT kind, outcome, count(*) FROM notifications GROUP BY 1, 2")
+        return {(str(r[0]), str(r[1])): int(r[2]) for r in rows}
+
+    def add_notifications(self, outcomes: Sequence[tuple[float, str, str]]) -> None:
+        """Record (time, kind, outcome) of notifications a decision sent or gave up on."""
+        try:
+            with self._write() as db:
+                db.executemany(
+                    "INSERT INTO notifications (at, kind, outcome) VALUES (?, ?, ?)", outcomes
+                )
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: {exc}") from None
+
+    def _read(self, query: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        try:
+            return self._db.execute(query, args).fetchall()
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class DecisionTotal:
+    cause: str
+    domain: str
+    action: str
+    decisions: int
+    run_gpu_seconds: float
+    last_decided_at: float | None
 
 
 def _row(r: Sequence[Any]) -> DecisionRow:

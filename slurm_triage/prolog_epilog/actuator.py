@@ -12,6 +12,7 @@ on a node we drain is relabelled with our reason.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 
 from slurm_triage.logs import get_logger
@@ -30,6 +31,9 @@ class Applied:
     skipped_drains: tuple[str, ...] = ()
     errors: tuple[str, ...] = field(default=())
     dry_run: bool = False
+    # When the job became pending again by our hand (requeue, or release of Slurm's held
+    # requeue): the end of the requeue latency in the metrics. None when we did not.
+    requeued_at: float | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -102,12 +106,14 @@ def carry_out(
         return Applied(dry_run=True)
     errors: list[str] = []
     requeued = held = False
+    requeued_at: float | None = None
     excluded: tuple[str, ...] = ()
     if decision.verdict in (Verdict.REQUEUE, Verdict.HOLD):
         hold = decision.verdict is Verdict.HOLD
         if not already_requeued:
             requeued = _step(errors, "requeue", lambda: door.requeue(job_id, hold=hold))
             held = hold and requeued
+            requeued_at = time.time() if requeued and not hold else None
         else:
             requeued = True
             held = hold and not held_by_slurm and _step(errors, "hold", lambda: _hold(door, job_id))
@@ -121,8 +127,9 @@ def carry_out(
                 excluded = result[0]
         if requeued and decision.begin_delay_s > 0 and not restarted_by_slurm:
             _step(errors, "begin_time", lambda: door.set_begin_time(job_id, decision.begin_delay_s))
-        if held_by_slurm and decision.verdict is Verdict.REQUEUE:
-            _step(errors, "release", lambda: door.release(job_id))
+        released = held_by_slurm and decision.verdict is Verdict.REQUEUE
+        if released and _step(errors, "release", lambda: door.release(job_id)):
+            requeued_at = time.time()
         held = held or (held_by_slurm and decision.verdict is Verdict.HOLD)
     elif held_by_slurm:
         _step(errors, "cancel", lambda: door.cancel(job_id))
@@ -132,7 +139,15 @@ def carry_out(
         _comment(door, job_id, summary, requeued, errors)
     for error in errors:
         log.error("decision_step_failed", error=error)
-    return Applied(requeued and not held, held, excluded, drained, skipped, tuple(errors))
+    return Applied(
+        requeued and not held,
+        held,
+        excluded,
+        drained,
+        skipped,
+        tuple(errors),
+        requeued_at=requeued_at,
+    )
 
 
 def _hold(door: SlurmDoor, job_id: int) -> None:

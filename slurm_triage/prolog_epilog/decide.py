@@ -12,6 +12,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slurm_triage import hostlist
 from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, scan_lines
@@ -28,6 +29,7 @@ from slurm_triage.evidence import (
 from slurm_triage.health_checks.actions import DRAIN_PREFIX
 from slurm_triage.journal import Journal, JournalError, NodeEvent
 from slurm_triage.logs import get_logger
+from slurm_triage.observe import hooks as observe
 from slurm_triage.policies import Decision, JobView, PastDecision, PolicyInput, default_chain
 from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.lemons import node_signals
@@ -458,7 +460,16 @@ def decide(
         held_by_slurm=held_by_slurm,
         restarted_by_slurm=job.expedited_requeue and requeued_by_slurm and not held_by_slurm,
     )
-    _record(journal, ending, job, state_text, attribution, decision, applied)
+    started_run = observe.run_start(env, job.start_time, ending.ended_at, requeued_by_slurm)
+    observed = observe.journal_columns(
+        config,
+        ended_at=ending.ended_at,
+        run_started_at=started_run,
+        nodes=ending.nodes,
+        decision=decision,
+        applied=applied,
+    )
+    _record(journal, ending, job, state_text, attribution, decision, applied, observed)
     log.info(
         "decision_made",
         cpu_s=round(time.process_time(), 4),
@@ -469,6 +480,16 @@ def decide(
         drain=list(applied.drained),
         reasons=list(decision.reasons),
         errors=list(applied.errors),
+    )
+    # Notifications and the controller's metrics textfile; never fails the decision.
+    observe.after_decision(
+        config,
+        journal,
+        job_id=ending.job_id,
+        cause=attribution.cause.value,
+        reason=reason,
+        decision=decision,
+        applied=applied,
     )
     return Outcome(ending.job_id, True, attribution, decision, applied)
 
@@ -481,6 +502,7 @@ def _record(
     attribution: Attribution,
     decision: Decision,
     applied: actuator.Applied,
+    observed: dict[str, Any],
 ) -> None:
     evidence = [fact_to_dict(f) for f in attribution.evidence][:200]
     journal.record(
@@ -509,6 +531,7 @@ def _record(
             if applied.dry_run
             else ("ok" if applied.ok else "; ".join(applied.errors)[:1000]),
             "evidence": evidence,
+            **observed,  # what the metrics read (observe.hooks.journal_columns)
         },
         _node_events(ending, attribution, decision, applied),
     )

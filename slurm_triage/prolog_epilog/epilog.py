@@ -34,6 +34,7 @@ from slurm_triage.health_checks.kernel_log import read_kernel_events
 from slurm_triage.health_checks.result import CheckResult, Status
 from slurm_triage.health_checks.runner import FactError, FactSources, Run, expand
 from slurm_triage.logs import get_logger
+from slurm_triage.observe import hooks as observe
 from slurm_triage.policies.rules import drains_blamed_nodes
 from slurm_triage.prolog_epilog.safe_files import write_root_record
 from slurm_triage.taxonomy import Cause
@@ -259,6 +260,7 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
     except Exception as exc:  # our bug must not drain the node
         log.error("epilog_node_fault_unjudged", error=f"{type(exc).__name__}: {exc}")
         return 0
+    observe.after_epilog(config, end.node, fault)  # the node's metrics
     if fault is None:
         return 0
     log.warning("epilog_node_fault", cause=fault.value)

@@ -10,7 +10,7 @@ import pytest
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig
 from slurm_triage.health_checks import registry
-from slurm_triage.health_checks.actions import Outcome, decide, prometheus_text
+from slurm_triage.health_checks.actions import Outcome, decide
 from slurm_triage.health_checks.result import Status
 from slurm_triage.health_checks.runner import Run, RunReport
 from slurm_triage.simulate.estate import MOUNTS, NodeEstate, inject
@@ -159,13 +159,6 @@ def test_circuit_breaker_stops_draining_for_a_cluster_wide_failure(setup) -> Non
         decide(report, me, stale, setup[0].health, may_resume=True, now=now).outcome
         is Outcome.DRAIN
     )
-
-
-def test_prometheus_textfile(setup) -> None:  # type: ignore[no-untyped-def]
-    """The textfile has one status and one duration series per check."""
-    text = prometheus_text(run(setup[0], ("gpu.count", "host.disk")))
-    assert 'slurm_triage_check_status{node="node2",check="gpu.count"} 0' in text
-    assert text.count("slurm_triage_check_seconds{") == 2
 
 
 def test_breaker_counts_nodes_marked_failing_the_same_check(setup) -> None:  # type: ignore[no-untyped-def]
