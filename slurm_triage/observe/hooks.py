@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from slurm_triage.config import Config
 from slurm_triage.logs import get_logger
-from slurm_triage.observe import notify
-from slurm_triage.observe.exposition import prometheus_text
-from slurm_triage.observe.textfile import locked, write_atomically
 
+# Imports of the observing modules wait until something is to be observed: every Prolog
+# imports this module, and most sites leave metrics or notifications off on some nodes.
 if TYPE_CHECKING:
     from slurm_triage.health_checks.actions import NodeDecision
     from slurm_triage.health_checks.runner import RunReport
     from slurm_triage.journal import Journal
+    from slurm_triage.observe import notify
     from slurm_triage.policies import Decision
     from slurm_triage.prolog_epilog.actuator import Applied
     from slurm_triage.taxonomy import Cause
@@ -48,6 +48,12 @@ def _never_raises(fn: F) -> F:
             return None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _keeps_ledger(config: Config) -> bool:
+    """A node keeps its ledger when node metrics are on, or notifications (the breaker's
+    messages are rate-limited through it)."""
+    return bool(config.metrics.node_textfile or config.notify.webhook_url_file)
 
 
 def run_start(
@@ -88,6 +94,8 @@ def decision_notices(
     job_id: int, cause: str, reason: str, decision: Decision, applied: Applied, now: float
 ) -> list[notify.Notice]:
     """What a person should hear about this decision: each node it drained, a held job."""
+    from slurm_triage.observe import notify
+
     if applied.dry_run:
         return []
     host = notify.this_host()
@@ -132,6 +140,10 @@ def after_decision(
     applied: Applied,
 ) -> None:
     """After the decision is journalled: notify, journal the outcomes, rewrite the textfile."""
+    if not (config.notify.webhook_url_file or config.metrics.controller_textfile):
+        return
+    from slurm_triage.observe import notify
+
     notices = decision_notices(job_id, cause, reason, decision, applied, time.time())
     outcomes = notify.send(config.notify, notices)
     if outcomes:
@@ -144,6 +156,8 @@ def after_decision(
 
 def write_controller_textfile(config: Config, journal: Journal) -> None:
     from slurm_triage.observe.controller import controller_families, read_facts
+    from slurm_triage.observe.exposition import prometheus_text
+    from slurm_triage.observe.textfile import locked, write_atomically
 
     path = Path(config.metrics.controller_textfile)
     with locked(path):
@@ -154,10 +168,10 @@ def write_controller_textfile(config: Config, journal: Journal) -> None:
 @_never_raises
 def after_health_report(config: Config, report: RunReport) -> None:
     """A health run's checks: status, duration, time."""
+    if not _keeps_ledger(config):
+        return
     from slurm_triage.observe import node_metrics
 
-    if not node_metrics.keeps_ledger(config):
-        return
     results = {r.check: (r.status.value, r.seconds) for r in report.results}
     with node_metrics.open_ledger(config, report.node) as ledger:
         node_metrics.record_report(ledger, report.mode, report.started, results)
@@ -168,10 +182,10 @@ def after_health_action(
     config: Config, report: RunReport, decision: NodeDecision, *, dry_run: bool
 ) -> None:
     """What a health run did to the node; a dry run did nothing and counts nothing."""
-    from slurm_triage.observe import node_metrics
-
-    if dry_run or not node_metrics.keeps_ledger(config):
+    if dry_run or not _keeps_ledger(config):
         return
+    from slurm_triage.observe import node_metrics, notify
+
     notices = node_metrics.health_notices(report, decision, time.time())
     with node_metrics.open_ledger(config, report.node) as ledger:
         node_metrics.record_action(ledger, report, decision)
@@ -186,9 +200,9 @@ def after_health_action(
 @_never_raises
 def after_epilog(config: Config, node: str, fault: Cause | None) -> None:
     """An Epilog ran; `fault` is the cause for which it asked Slurm to drain the node."""
+    if not _keeps_ledger(config):
+        return
     from slurm_triage.observe import node_metrics
 
-    if not node_metrics.keeps_ledger(config):
-        return
     with node_metrics.open_ledger(config, node) as ledger:
         node_metrics.record_epilog(ledger, time.time(), fault.value if fault else None)

@@ -38,10 +38,6 @@ if TYPE_CHECKING:
     from slurm_triage.health_checks.runner import RunReport
 
 
-def keeps_ledger(config: Config) -> bool:
-    return bool(config.metrics.node_textfile or config.notify.webhook_url_file)
-
-
 def node_textfile(config: Config, node: str) -> Path:
     return Path(config.metrics.node_textfile.replace("{node}", node))
 
