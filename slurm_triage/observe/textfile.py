@@ -29,7 +29,14 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
     """Replace `path` with `text` in one rename; the file gets `mode` whatever the umask."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    try:
+        fd = os.open(tmp, flags, mode)
+    except FileExistsError:
+        # Left by a killed writer with our pid, or planted (a link to another file): never
+        # written through, only removed (a sticky directory refuses another user's).
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, mode)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

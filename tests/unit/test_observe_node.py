@@ -25,7 +25,7 @@ from slurm_triage.observe.node_ledger import (
     node_families,
     read_ledger,
 )
-from slurm_triage.observe.textfile import MetricsBusy, locked
+from slurm_triage.observe.textfile import MetricsBusy, locked, write_atomically
 from slurm_triage.simulate.estate import NodeEstate, inject
 from slurm_triage.taxonomy import Cause
 from slurm_triage.testing import FakeDoor, node_info
@@ -235,3 +235,19 @@ def test_a_held_lock_gives_up_in_bounded_time_without_failing_the_caller(tmp_pat
         thread.join()
     assert not _textfile(config).exists()
     assert not [n for n in os.listdir(path.parent) if n.endswith(".tmp")]
+
+
+def test_a_planted_temporary_file_is_never_written_through(tmp_path: Path) -> None:
+    """A link planted at the temporary file's name (a hard link to another file, or a
+    symlink) is removed, not written through; the target file is untouched."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    target = tmp_path / "tf" / "m.prom"
+    target.parent.mkdir()
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    os.link(victim, tmp)
+    write_atomically(target, "metric 1\n")
+    tmp.symlink_to(victim)
+    write_atomically(target, "metric 2\n")
+    assert victim.read_text() == "precious\n"
+    assert target.read_text() == "metric 2\n" and not tmp.exists()
