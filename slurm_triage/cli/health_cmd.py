@@ -65,7 +65,12 @@ def _check(args: argparse.Namespace, context: Any) -> int:
     config = context.config()
     try:
         report = service.run_checks(
-            config, mode="cli", only=args.only, everything=args.all, node=args.node
+            config,
+            mode="cli",
+            only=args.only,
+            everything=args.all,
+            node=args.node,
+            save_state=not args.dry_run,
         )
     except registry.UnknownCheck as exc:
         raise TriageError(str(exc)) from None

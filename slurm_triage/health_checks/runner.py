@@ -219,6 +219,7 @@ class Run:
     stop_on_hard_failure: bool = False
     deadline_s: float | None = None
     job: JobScope | None = None  # the Prolog's job: gpu.processes looks at its GPUs only
+    save_state: bool = True  # false for a dry run: counters and baselines stay as they were
 
     def execute(self) -> RunReport:
         started_wall, started = time.time(), time.monotonic()
@@ -246,7 +247,8 @@ class Run:
             if self.stop_on_hard_failure and result.failed and result.severity is Severity.HIGH:
                 stopped = True
                 break
-        self._save_counters(sources, base["previous"], results)
+        if self.save_state:
+            self._save_counters(sources, base["previous"], results)
         return RunReport(
             self.node, self.mode, started_wall, time.monotonic() - started, tuple(results), stopped
         )

@@ -53,6 +53,7 @@ def run_checks(
     everything: bool = False,
     node: str | None = None,
     job: JobScope | None = None,
+    save_state: bool = True,
 ) -> RunReport:
     specs = registry.select(only, everything)
     prolog = mode == "prolog"
@@ -64,6 +65,7 @@ def run_checks(
         stop_on_hard_failure=prolog,
         deadline_s=config.health.prolog_deadline_s if prolog else None,
         job=job,
+        save_state=save_state,
     ).execute()
 
 

@@ -188,6 +188,28 @@ def test_check_exits_3_when_its_drain_could_not_be_applied(tmp_path: Path) -> No
     assert "node action not applied" in result.stderr
 
 
+def test_check_dry_run_writes_nothing(tmp_path: Path) -> None:
+    """Issue 17.6: `check --dry-run` changes nothing, on this host either: no last-report
+    file under the state directory (it wrote /var/lib before)."""
+    from slurm_triage.simulate.estate import NodeEstate
+
+    sim = tmp_path / "sim"
+    NodeEstate(sim, "node2").ensure()
+    state = tmp_path / "state"
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{state}"\n[slurm]\nbin_dir = "{tmp_path}"\nattempts = 1\n'
+        f'[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
+        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n'
+    )
+    result = _run(
+        [sys.executable, "-m", "slurm_triage", "check", "--all", "--dry-run", "--node", "node2"],
+        {"SLURM_TRIAGE_CONFIG": str(config)},
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert not state.exists() or not any(state.rglob("*"))
+
+
 def test_slurm_conf_program_survives_broken_config(tmp_path: Path) -> None:
     """A broken config must not drain nodes: the prolog logs the error and exits 0."""
     config = tmp_path / "c.toml"
