@@ -337,7 +337,10 @@ class FakeDoor(SlurmDoor):
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")
         job = self._controller_job(job_id, f"scontrol update JobId={job_id} ...")
-        if job.state.finished:
+        # slurmctld judges the base state (IS_JOB_FINISHED): a COMPLETING job has ended,
+        # unless Slurm already requeued it (PENDING under COMPLETING).
+        ended = job.state is JobState.COMPLETING and job.base_state is not JobState.PENDING
+        if job.state.finished or ended:
             raise InvalidJobState(f"scontrol update JobId={job_id} ...: Job has already finished")
         self.jobs[job_id] = replace(job, admin_comment=text)
 

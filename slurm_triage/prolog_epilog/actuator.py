@@ -73,6 +73,26 @@ def admin_comment(cause: str, nodes: tuple[str, ...], decision: Decision, restar
     return json.dumps({"triage": summary}, separators=(",", ":"))
 
 
+def accounted_comment(
+    cause: str, nodes: tuple[str, ...], decision: Decision, restart: int, earlier: tuple[str, ...]
+) -> str:
+    """The summary for a job that has ended (slurmctld refuses updates then), written to
+    accounting with sacctmgr, which lowercases the value and turns quotes into backticks:
+    so `key=value` words with no quotes, readable in `sacct -o AdminComment`. A clean end
+    after requeues tells the story: `triage: completed after 1 requeue; earlier:
+    gpu_unavailable on node2`."""
+    if cause == "completed":
+        runs = "requeue" if restart == 1 else "requeues"
+        return f"triage: completed after {restart} {runs}; earlier: {'; '.join(earlier)}"
+    words = [f"triage: cause={cause}", f"action={decision.verdict.value}"]
+    if nodes:
+        words.append(f"nodes={','.join(nodes)}")
+    words.append(f"n={restart}")
+    if decision.required_failed:
+        words.append(f"required={','.join(decision.required_failed)}")
+    return " ".join(words)
+
+
 def carry_out(
     door: SlurmDoor,
     job_id: int,
@@ -86,6 +106,7 @@ def carry_out(
     already_requeued: bool = False,
     held_by_slurm: bool = False,
     restarted_by_slurm: bool = False,
+    earlier: tuple[str, ...] = (),
 ) -> Applied:
     """Act on the decision; `already_requeued` when Slurm requeued the job itself (its
     Prolog failed, or an expedited requeue), so only the exclusions, drains and summary
@@ -94,7 +115,8 @@ def carry_out(
     a job we would not requeue must not sit in the queue for ever. `restarted_by_slurm`: Slurm
     restarted it at once (an expedited requeue after our Epilog failed): it may be running
     again already, so no exclusion or begin time is set; the nodes Slurm drained keep it
-    away."""
+    away. `earlier`: the job's earlier runs' ends ("gpu_unavailable on node2"), for the
+    AdminComment of a clean end after requeues."""
     log = get_logger(job_id=job_id)
     if dry_run:
         log.info(
@@ -134,9 +156,13 @@ def carry_out(
     elif held_by_slurm:
         _step(errors, "cancel", lambda: door.cancel(job_id))
     drained, skipped = _drain(door, decision.drain, drain_reason, errors)
-    if cause != "completed":  # the large majority; the journal has them, Slurm needs no note
-        summary = admin_comment(cause, blamed, decision, restart + (1 if requeued else 0))
-        _comment(door, job_id, summary, requeued, errors)
+    # Clean ends are the large majority and need no note, unless this run came after
+    # requeues: the AdminComment then still shows the last failure's, so it tells the story.
+    if cause != "completed" or earlier:
+        n = restart + (1 if requeued else 0)
+        summary = admin_comment(cause, blamed, decision, n)
+        ended = accounted_comment(cause, blamed, decision, n, earlier)
+        _comment(door, job_id, summary if cause != "completed" else ended, ended, requeued, errors)
     for error in errors:
         log.error("decision_step_failed", error=error)
     return Applied(
@@ -161,18 +187,21 @@ def _hold(door: SlurmDoor, job_id: int) -> None:
         door.hold(job_id)
 
 
-def _comment(door: SlurmDoor, job_id: int, summary: str, requeued: bool, errors: list[str]) -> None:
-    """The summary in AdminComment. Slurm refuses it once a job has fully finished (a job
-    left ended may be past COMPLETING by now): then the journal alone keeps the decision."""
+def _comment(
+    door: SlurmDoor, job_id: int, summary: str, ended: str, requeued: bool, errors: list[str]
+) -> None:
+    """The summary in AdminComment. slurmctld refuses it once a job has ended (COMPLETING
+    included): then the ended form goes to the run's record in accounting."""
     try:
         door.set_admin_comment(job_id, summary)
     except InvalidJobState:
         if requeued:
             errors.append("admin_comment: job already finished")
-        else:
-            get_logger(job_id=job_id).info(
-                "decision_admin_comment_skipped", why="job already finished"
-            )
+            return
+        try:
+            door.set_accounted_admin_comment(job_id, ended)
+        except Exception as exc:
+            errors.append(f"admin_comment: {_describe(exc)}")
     except Exception as exc:
         errors.append(f"admin_comment: {_describe(exc)}")
 

@@ -266,6 +266,16 @@ def on_job_nodes(facts: list[Fact], nodes: tuple[str, ...]) -> tuple[list[Fact],
     return kept, list(foreign)
 
 
+def _earlier_ends(journal: Journal, job_id: int, restart: int) -> tuple[str, ...]:
+    """The job's earlier runs' ends as the journal has them, oldest first:
+    ("gpu_unavailable on node2", ...)."""
+    rows = sorted(
+        (r for r in journal.decisions(job_id=job_id) if r.restart < restart and r.cause),
+        key=lambda r: r.restart,
+    )
+    return tuple(f"{r.cause} on {','.join(r.blamed)}" if r.blamed else str(r.cause) for r in rows)
+
+
 def _history(journal: Journal, job_id: int, restart: int) -> tuple[PastDecision, ...]:
     past = []
     for row in journal.decisions(job_id=job_id):
@@ -459,6 +469,7 @@ def decide(
         already_requeued=requeued_by_slurm,
         held_by_slurm=held_by_slurm,
         restarted_by_slurm=job.expedited_requeue and requeued_by_slurm and not held_by_slurm,
+        earlier=_earlier_ends(journal, ending.job_id, ending.restart),
     )
     started_run = observe.run_start(env, job.start_time, ending.ended_at, requeued_by_slurm)
     observed = observe.journal_columns(

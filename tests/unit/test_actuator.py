@@ -98,7 +98,10 @@ def test_failed_requeue_means_no_exclusion_or_begin_time(door: FakeDoor) -> None
     the drain and the summary still happen and the error is kept."""
     door.fail("requeue", SlurmUnavailable("scontrol requeue 7: Socket timed out"))
     applied = carry_out(door, REQUEUE_ALL)
-    assert door.methods() == ["requeue", "nodes", "drain", "set_admin_comment"]
+    # Not requeued, the job has ended: slurmctld refuses the summary, accounting takes it.
+    assert door.methods() == [
+        "requeue", "nodes", "drain", "set_admin_comment", "set_accounted_admin_comment"
+    ]  # fmt: skip
     assert applied.errors == ("requeue: scontrol requeue 7: Socket timed out",)
     assert not applied.ok and not applied.requeued and applied.excluded == ()
     assert json.loads(door.calls_to("set_admin_comment")[0].args[1])["triage"]["n"] == 0
@@ -144,16 +147,34 @@ def test_slurms_epilog_error_drain_on_a_node_we_drain_gets_our_reason(door: Fake
     assert door.node("node3").reason == "Epilog error"
 
 
-def test_summary_on_a_finished_job_is_skipped_unless_it_was_requeued(door: FakeDoor) -> None:
-    """Slurm refuses AdminComment once a job is past COMPLETING: fine for a job left ended,
-    an error for a requeued one (the job should be pending)."""
-    door.jobs[JOB] = door.accounting[JOB]  # fully FAILED now
-    applied = carry_out(door, Decision(Verdict.RECORD_ONLY), cause="segfault", blamed=())
-    assert applied.ok and door.methods() == ["set_admin_comment"]
+def test_summary_of_an_ended_job_goes_to_accounting(door: FakeDoor) -> None:
+    """Issue 17.3: slurmctld refuses AdminComment once a job has ended (COMPLETING
+    included), so a job left ended gets its summary in accounting (sacctmgr), in words that
+    survive sacctmgr's lowercasing and quote mangling; for a requeued job (it should be
+    pending) the refusal is an error."""
+    applied = carry_out(door, Decision(Verdict.RECORD_ONLY), cause="segfault", blamed=("node1",))
+    assert applied.ok and door.methods() == ["set_admin_comment", "set_accounted_admin_comment"]
+    text = "triage: cause=segfault action=record_only nodes=node1 n=0"
+    assert door.calls_to("set_accounted_admin_comment")[0].args == (JOB, text)
+    assert door.accounting[JOB].admin_comment == text  # unchanged by the mangling
     door.fail("set_admin_comment", InvalidJobState("Job has already finished"))
     door.jobs[JOB] = job_info(JOB, state=JobState.RUNNING)
     applied = carry_out(door, Decision(Verdict.REQUEUE))
     assert applied.errors == ("admin_comment: job already finished",)
+
+
+def test_a_clean_end_after_requeues_tells_the_story(door: FakeDoor) -> None:
+    """A job that completes after a requeue still carried the failure's AdminComment; now
+    its record says it completed, after what."""
+    door.end_job(JOB, "COMPLETED")
+    applied = carry_out(
+        door, Decision(), cause="completed", blamed=(), restart=1,
+        earlier=("gpu_unavailable on node2",),
+    )  # fmt: skip
+    assert applied.ok
+    assert door.accounting[JOB].admin_comment == (
+        "triage: completed after 1 requeue; earlier: gpu_unavailable on node2"
+    )
 
 
 def test_completed_jobs_get_no_summary(door: FakeDoor) -> None:

@@ -275,7 +275,8 @@ def test_a_node_an_admin_drained_is_never_redrained_resumed_or_relabelled(
     [
         ("0:0", "COMPLETED", "completed", []),
         ("1:0", "FAILED", "unknown", ["requeue", "set_admin_comment"]),
-        ("0:11", "FAILED", "segfault", ["set_admin_comment"]),
+        # Left ended: slurmctld refuses the summary (COMPLETING), accounting takes it.
+        ("0:11", "FAILED", "segfault", ["set_admin_comment", "set_accounted_admin_comment"]),
     ],
 )
 def test_exit_code_and_signal_are_read_from_the_ending(
@@ -449,7 +450,9 @@ def test_no_exclusion_after_a_failed_requeue(cluster: Cluster) -> None:
     cluster.root_record("node2", xid79("node2"))
     out = cluster.end()
     door = cluster.door
-    assert [c.method for c in door.mutations()] == ["requeue", "drain", "set_admin_comment"]
+    assert [c.method for c in door.mutations()] == [
+        "requeue", "drain", "set_admin_comment", "set_accounted_admin_comment"
+    ]  # fmt: skip
     assert door.jobs[JOB].excluded_nodes == () and door.jobs[JOB].restart_count == 0
     assert comment(door)["n"] == 0
     assert out.applied is not None and out.applied.excluded == ()
@@ -643,3 +646,22 @@ def test_a_prolog_failure_requeue_at_completing_is_read_as_requeued(
     assert ("accounted_job" in cluster.door.methods()) is not shows_base_state
     assert "requeue" not in cluster.door.methods()
     assert cluster.row(0).state == "REQUEUED"
+
+
+def test_every_ended_failure_and_a_clean_end_after_requeues_have_an_admin_comment(
+    cluster: Cluster,
+) -> None:
+    """Issue 17.3: `sacct -o AdminComment` tells the story. A XID 79 run is requeued (JSON
+    summary, job pending); its next run completes: that record says so and what came before."""
+    cluster.root_record("node2", xid79("node2"))
+    cluster.end()
+    assert comment(cluster.door)["cause"] == "gpu_unavailable"
+    cluster.start_run()
+    cluster.door.end_job(JOB, "COMPLETED")
+    decide(
+        cluster.config, Ending(JOB, 1, NODES, USER, 0, 0, time.time()), cluster.door,
+        cluster.journal, {},
+    )  # fmt: skip
+    assert cluster.door.accounting[JOB].admin_comment == (
+        "triage: completed after 1 requeue; earlier: gpu_unavailable on node2"
+    )
