@@ -102,6 +102,11 @@ def test_user_bug_is_not_requeued(devcluster, door) -> None:  # type: ignore[no-
     time.sleep(1)
     job = door.job(job_id)
     assert job.state is JobState.FAILED and job.restart_count == 0
+    # Ended, so slurmctld refused AdminComment: accounting has it (issue 17.3).
+    accounted = wait_for(
+        lambda: (j := door.accounted_job(job_id)).admin_comment and j, 30, "AdminComment"
+    )
+    assert accounted.admin_comment.startswith("triage: cause=user_code action=record_only")
     assert not any(door.node(n).drained for n in NODES)
 
 
