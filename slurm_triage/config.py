@@ -273,7 +273,7 @@ class NotifyConfig:
     queue_size: int = field(default=100, metadata=_range(1, 10000))
     # The most a decision or a health run waits for its notifications at its end; what is
     # not delivered by then is given up (counted as abandoned), never holding up Slurm.
-    max_wait_s: float = field(default=3.0, metadata=_range(0, 60))
+    max_wait_s: float = field(default=3.0, metadata=_range(0.1, 60))
 
 
 @dataclass(frozen=True)
