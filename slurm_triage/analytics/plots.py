@@ -41,10 +41,15 @@ def rf_text(rf: float) -> str:
     return f"{rf * 1000:.2f} per 1000 node-days"
 
 
-def save(fig: Figure, path: Path, **margins: float) -> Path:
-    """Write the figure as PNG and free it. Fixed margins instead of tight_layout (which
-    lays out twice); fast compression, since these files are written once."""
-    fig.subplots_adjust(**{"left": 0.09, "right": 0.97, "top": 0.9, "bottom": 0.11, **margins})
+def margins(fig: Figure, **given: float) -> None:
+    """Fixed margins (the defaults, with the figure's own changes) instead of tight_layout,
+    which lays out twice."""
+    fig.subplots_adjust(**{"left": 0.09, "right": 0.97, "top": 0.9, "bottom": 0.11, **given})
+
+
+def save(fig: Figure, path: Path) -> Path:
+    """Write the figure as PNG and free it; fast compression, since these files are
+    written once."""
     fig.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})
     plt.close(fig)
     return path
@@ -76,6 +81,7 @@ def mttf_figure(table: pl.DataFrame, rf: float, gpus_per_node: int) -> Figure:
         _model_lines(ax, rf, gpus_per_node, largest)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
+    margins(fig)
     return fig
 
 
@@ -214,6 +220,7 @@ def ettr_figure(
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
+    margins(fig, top=0.87)
     return fig
 
 
@@ -221,8 +228,8 @@ def ettr_interval_figure(
     curves: pl.DataFrame, optimum: pl.DataFrame, rf: float, write_s: float, note: str
 ) -> Figure:
     """E[ETTR] against the checkpoint interval at a few job sizes, with Young/Daly's
-    optimum marked on each curve; with no write time there is no optimum to mark, and the
-    figure says so."""
+    optimum marked on each curve; with no write time (`write_s` 0) there is no optimum to
+    mark, and the figure says so."""
     fig, ax = plt.subplots(figsize=(8, 5.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for colour, gpus in zip(colours, curves["gpus"].unique().sort().to_list(), strict=False):
@@ -244,10 +251,11 @@ def ettr_interval_figure(
     if optimum.height:
         ax.scatter([], [], color="black", marker="*", s=80, label="Young/Daly sqrt(2w / N r_f)")
     else:
+        why = "no checkpoint write time given (--ckpt-write-s)" if write_s <= 0 else "no size"
         ax.text(
             0.5,
             0.06,
-            "no checkpoint write time given (--ckpt-write-s): no optimum to mark",
+            f"{why}: no optimum to mark",
             ha="center",
             transform=ax.transAxes,
             color="grey",
@@ -257,9 +265,9 @@ def ettr_interval_figure(
         ylim=(0, 1.02),
         xlabel="checkpoint interval (minutes)",
         ylabel="ETTR (productive / wallclock)",
-        title=f"Expected ETTR by checkpoint interval, w = {write_s:g} s, r_f = {rf_text(rf)}"
-        f"\n{note}",
+        title=f"Expected ETTR by checkpoint interval, r_f = {rf_text(rf)}\n{note}",
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower center")
+    margins(fig, top=0.87)
     return fig

@@ -13,7 +13,7 @@ import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from slurm_triage.analytics.plots import DOMAIN_COLOURS, rf_text
+from slurm_triage.analytics.plots import DOMAIN_COLOURS, margins, rf_text
 
 STATE_COLOURS = {
     "COMPLETED": "#bdc3c7",
@@ -55,7 +55,7 @@ def taxonomy_figure(table: pl.DataFrame, attempts: int) -> Figure:
     handles = [Patch(color=colour, label=domain) for domain, colour in DOMAIN_COLOURS.items()]
     axes[1].legend(handles=handles, fontsize=8, loc="lower right", title="domain")
     fig.suptitle(f"Why attempts ended: all {attempts:,} ended attempts, by count and GPU-hours")
-    fig.subplots_adjust(bottom=0.55 / height, top=1 - 0.5 / height)
+    margins(fig, left=0.15, right=0.98, wspace=0.06, bottom=0.55 / height, top=1 - 0.5 / height)
     return fig
 
 
@@ -78,7 +78,7 @@ def states_figure(mix: pl.DataFrame, gpu_hours: float) -> Figure:
         title=f"Job-state mix by GPU-hours: all ended attempts ({gpu_hours:,.0f} GPU-hours)",
     )
     ax.grid(True, axis="x", alpha=0.3)
-    fig.subplots_adjust(left=0.2, bottom=0.55 / height, top=1 - 0.5 / height)
+    margins(fig, left=0.2, bottom=0.55 / height, top=1 - 0.5 / height)
     return fig
 
 
@@ -105,7 +105,7 @@ def rf_by_cause_figure(table: pl.DataFrame, rf: float, min_gpus: int) -> Figure:
         title=f"Failure rate by cause: jobs > {min_gpus} GPUs (r_f {whole})",
     )
     ax.grid(True, axis="x", alpha=0.3)
-    fig.subplots_adjust(left=0.2, bottom=0.55 / height, top=1 - 0.5 / height)
+    margins(fig, left=0.2, bottom=0.55 / height, top=1 - 0.5 / height)
     return fig
 
 
@@ -144,7 +144,7 @@ def failures_figure(table: pl.DataFrame, rf: float, min_gpus: int) -> Figure:
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
     fig.autofmt_xdate()
-    fig.subplots_adjust(bottom=0.13, top=0.94, hspace=0.12)
+    margins(fig, bottom=0.13, top=0.94, hspace=0.12)
     return fig
 
 

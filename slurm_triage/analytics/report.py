@@ -135,7 +135,7 @@ def render_ettr_plot(analysis: Analysis, out_dir: Path) -> Path:
         opts.gpus_per_node,
         _model_note(opts),
     )
-    return plots.save(fig, out_dir / ETTR_FIGURE, top=0.87)
+    return plots.save(fig, out_dir / ETTR_FIGURE)
 
 
 def write_pages(analysis: Analysis, out_dir: Path, plots: tuple[Path, ...]) -> ReportFiles:

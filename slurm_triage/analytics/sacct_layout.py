@@ -64,6 +64,7 @@ class SacctLayout:
     nodes_field: str
     glue_field: str | None  # the one free-text column extra `|` pieces belong to
     free_text_fields: tuple[str, ...] = ()
+    keep_node_lists: bool = True  # read NodeList where node events could use it
 
     @property
     def glue_at(self) -> int | None:

@@ -125,6 +125,10 @@ def _attributions(args: argparse.Namespace, context: Any) -> Any:
     return journal_attributions(configured) if configured.is_file() else None
 
 
+def _events_wanted(args: argparse.Namespace) -> bool:
+    return args.events is not None or (args.since is not None and not args.no_events)
+
+
 def _accounting(args: argparse.Namespace, context: Any) -> Any:
     from slurm_triage.analytics import ingest
     from slurm_triage.analytics.progress import ProgressBar
@@ -132,7 +136,12 @@ def _accounting(args: argparse.Namespace, context: Any) -> Any:
     if args.sacct is not None:
         bar = ProgressBar(f"reading {args.sacct}", unit=" rows")
         try:
-            return ingest.read_sacct_file(args.sacct, progress=bar, columns=args.sacct_columns)
+            return ingest.read_sacct_file(
+                args.sacct,
+                progress=bar,
+                columns=args.sacct_columns,
+                node_lists=_events_wanted(args),
+            )
         finally:
             bar.close()
     from slurm_triage.analytics.fetch import fetch_sacct
@@ -142,7 +151,9 @@ def _accounting(args: argparse.Namespace, context: Any) -> Any:
     since = parse_date(args.since, "--since")
     until = parse_date(args.until, "--until") if args.until else None
     text = fetch_sacct(context.config().slurm, since, until)
-    return ingest.read_sacct_text(text, source=f"sacct since {args.since}")
+    return ingest.read_sacct_text(
+        text, source=f"sacct since {args.since}", node_lists=_events_wanted(args)
+    )
 
 
 def _events(args: argparse.Namespace, context: Any) -> Any:

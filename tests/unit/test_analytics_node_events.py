@@ -182,3 +182,13 @@ def test_reading_an_events_file(tmp_path: Path) -> None:
         assert str(bad) in str(raised.value) and "\n" not in str(raised.value)
     with pytest.raises(IngestError, match="no such file"):
         node_events.read_events_file(tmp_path / "absent")
+
+
+def test_node_lists_are_read_only_when_asked() -> None:
+    """A report without node events reads no NodeList (it costs a string per failed row);
+    one with them keeps NodeList on REQUEUED, NODE_FAIL and FAILED rows only."""
+    text = "\n".join([_row(1, "REQUEUED"), _row(2, "COMPLETED"), _row(3, "FAILED")]) + "\n"
+    kept = ingest.read_sacct_text(text).attempts["nodelist"].to_list()
+    assert kept == ["node[1-32]", None, "node[1-32]"]
+    skipped = ingest.read_sacct_text(text, node_lists=False).attempts["nodelist"]
+    assert skipped.null_count() == 3
