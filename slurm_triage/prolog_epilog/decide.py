@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass, replace
@@ -135,7 +136,8 @@ def final_state(door: SlurmDoor, job: JobInfo, wait_s: float) -> str:
         if time.monotonic() >= deadline:
             break
         time.sleep(0.25)
-    fallback = _REASON_STATE.get(job.state_reason.split(" ")[0], "")
+    # "NonZeroExitCode", "RaisedSignal:9(Killed)", "NodeDown ..."
+    fallback = _REASON_STATE.get(re.split(r"[ :]", job.state_reason, maxsplit=1)[0], "")
     if fallback:
         return fallback
     return "COMPLETED" if (job.exit_code, job.exit_signal) == (0, 0) else "FAILED"

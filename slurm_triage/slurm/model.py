@@ -51,6 +51,13 @@ class JobState(enum.StrEnum):
     def finished(self) -> bool:
         return self in _FINISHED
 
+    @property
+    def shown_base(self) -> JobState:
+        """The base state, as far as this shown state tells it: Slurm's text (and pyslurm's
+        `state`) shows a flag (COMPLETING, EXPEDITING, REQUEUED, ...) in place of the base
+        state whenever one is set, so a flag tells nothing of the base (UNKNOWN)."""
+        return JobState.UNKNOWN if self in _SHOWN_FLAGS else self
+
 
 _SHORT_CODES = {
     "PD": "PENDING",
@@ -77,6 +84,25 @@ _SHORT_CODES = {
     "SO": "STAGE_OUT",
     "ST": "STOPPED",
 }
+# job_state_string()'s flags, shown instead of the base state (slurm_protocol_defs.c).
+_SHOWN_FLAGS = frozenset(
+    {
+        JobState.COMPLETING,
+        JobState.STAGE_OUT,
+        JobState.CONFIGURING,
+        JobState.EXPEDITING,
+        JobState.RESIZING,
+        JobState.REQUEUED,
+        JobState.REQUEUE_FED,
+        JobState.REQUEUE_HOLD,
+        JobState.SPECIAL_EXIT,
+        JobState.STOPPED,
+        JobState.REVOKED,
+        JobState.RESV_DEL_HOLD,
+        JobState.SIGNALING,
+        JobState.UNKNOWN,
+    }
+)
 _FINISHED = frozenset(
     {
         JobState.COMPLETED,
@@ -135,7 +161,7 @@ class JobInfo:
     # The base state under Slurm's flags where the source reports it (`scontrol --json`,
     # 24.05+): while a job is COMPLETING, COMPLETED for a clean end, CANCELLED, FAILED, ...,
     # or PENDING when Slurm has already requeued the run that ended (its Prolog failed, a
-    # node failed). UNKNOWN where the source prints only the flag (the text form).
+    # node failed). The text form and pyslurm show a flag in its place: UNKNOWN then.
     base_state: JobState = JobState.UNKNOWN
 
 

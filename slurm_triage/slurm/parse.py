@@ -274,6 +274,7 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
     return JobInfo(
         job_id=job_id,
         state=JobState.parse(fields["JobState"]),
+        base_state=JobState.parse(fields["JobState"]).shown_base,
         state_reason=_none_if_null(fields.get("Reason")),
         exit_code=exit_code,
         exit_signal=exit_signal,
@@ -502,7 +503,11 @@ def _job_from_json(raw: dict[str, Any], job_id: int) -> JobInfo:
         job_id=job_id,
         state=shown,
         base_state=base,
-        state_reason=_none_if_null(_json_text(raw.get("state_reason"))),
+        # What the text form prints as Reason=: the description when there is one, its
+        # spaces as underscores ("RaisedSignal:9(Killed)", "job_requeued_in_held_state"),
+        # else the reason.
+        state_reason=_json_text(raw.get("state_description")).replace(" ", "_")
+        or _none_if_null(_json_text(raw.get("state_reason"))),
         exit_code=exit_code,
         exit_signal=exit_signal,
         nodes=_nodes(_json_text(raw.get("nodes"))),

@@ -320,6 +320,7 @@ def _job(job_id: int, raw: Any) -> JobInfo:
     return JobInfo(
         job_id=job_id,
         state=JobState.parse(raw.state),
+        base_state=JobState.parse(raw.state).shown_base,
         # scontrol prints "job requeued in held state" as job_requeued_in_held_state.
         state_reason=re.sub(r"\s", "_", _text(raw.state_reason)),
         exit_code=raw.exit_code or 0,

@@ -607,3 +607,29 @@ def test_json_job_numbers_of_every_shape() -> None:
     job["exit_code"] = {"status": ["SIGNALED"], "return_code": 0, "signal": {"id": 9}}
     parsed = parse.parse_scontrol_job_json(json.dumps(raw), 4)
     assert (parsed.time_limit_min, parsed.num_nodes, parsed.exit_signal) == (None, 3, 9)
+
+
+def test_the_text_form_shows_a_flag_instead_of_the_base_state() -> None:
+    """`JobState=COMPLETING` hides how the run ended: base_state UNKNOWN (the decision then
+    asks accounting); a plain `JobState=RUNNING` is its own base."""
+    completing = parse_scontrol_job(
+        (V25 / "scontrol_show_job_expedited_completing.txt").read_text(), 72
+    )
+    assert (completing.state, completing.base_state) == (JobState.COMPLETING, JobState.UNKNOWN)
+    text = (SLURM / "22.05" / "scontrol_show_job_running.txt").read_text()
+    running = parse_scontrol_job(text, _first_job_id(text))
+    assert running.base_state is JobState.RUNNING
+
+
+def test_json_reason_reads_as_the_text_forms() -> None:
+    """Reason= in the text form is the description when set, spaces as underscores; JSON
+    keeps both apart. The decision compares reasons such as 'job_requeued_in_held_state'."""
+    raw = json.loads(_json_job("completing_completed"))
+    raw["jobs"][0].update(
+        state_reason="JobHeldUser", state_description="job requeued in held state"
+    )
+    job = parse.parse_scontrol_job_json(json.dumps(raw), 4)
+    assert job.state_reason == "job_requeued_in_held_state"
+    assert parse.parse_scontrol_job_json(_json_job("completing_failed_exit3"), 6).state_reason == (
+        "NonZeroExitCode"
+    )
