@@ -144,19 +144,28 @@ def test_slurm_conf_programs_exit_0_with_a_log_line(program: str, tmp_path: Path
     assert line["program"] == program
 
 
-def test_prolog_fails_on_a_node_with_a_lost_gpu(tmp_path: Path) -> None:
-    """On a (simulated) node whose GPU fell off the bus the prolog exits 1, even when Slurm
-    cannot be reached to drain it, so Slurm itself keeps the job off the node."""
+def _simulated_node2(tmp_path: Path, *faults: tuple[str, int], extra: str = "") -> Path:
+    """A config for simulated node2 (with `faults` injected) whose Slurm commands are
+    looked for in an empty directory, so Slurm is unreachable."""
     from slurm_triage.simulate.estate import NodeEstate, inject
 
     sim = tmp_path / "sim"
-    inject(NodeEstate(sim, "node2").ensure(), "xid", 79, gpu=3)
+    estate = NodeEstate(sim, "node2").ensure()
+    for fault, value in faults:
+        inject(estate, fault, value, gpu=3)
     config = tmp_path / "c.toml"
     config.write_text(
         f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}"\n'
         f'attempts = 1\n[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
-        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n'
+        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n{extra}'
     )
+    return config
+
+
+def test_prolog_fails_on_a_node_with_a_lost_gpu(tmp_path: Path) -> None:
+    """On a (simulated) node whose GPU fell off the bus the prolog exits 1, even when Slurm
+    cannot be reached to drain it, so Slurm itself keeps the job off the node."""
+    config = _simulated_node2(tmp_path, ("xid", 79))
     result = _run(
         [str(BIN / "slurm-triage-prolog")],
         {"SLURM_TRIAGE_CONFIG": str(config), "SLURMD_NODENAME": "node2"},
@@ -168,17 +177,7 @@ def test_prolog_fails_on_a_node_with_a_lost_gpu(tmp_path: Path) -> None:
 def test_check_exits_3_when_its_drain_could_not_be_applied(tmp_path: Path) -> None:
     """Issue 17.5: `check` found a lost GPU but could not reach Slurm to drain the node: it
     says so and exits 3 (Slurm unreachable), never 0 (or 1, as for a drained node)."""
-    from slurm_triage.simulate.estate import NodeEstate, inject
-
-    sim = tmp_path / "sim"
-    inject(NodeEstate(sim, "node2").ensure(), "xid", 79, gpu=3)
-    config = tmp_path / "c.toml"
-    config.write_text(
-        f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}"\n'
-        f'attempts = 1\n[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
-        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n'
-        "breaker_settle_s = 0\n"
-    )
+    config = _simulated_node2(tmp_path, ("xid", 79), extra="breaker_settle_s = 0\n")
     result = _run(
         [sys.executable, "-m", "slurm_triage", "check", "--node", "node2"],
         {"SLURM_TRIAGE_CONFIG": str(config)},
@@ -189,24 +188,15 @@ def test_check_exits_3_when_its_drain_could_not_be_applied(tmp_path: Path) -> No
 
 
 def test_check_dry_run_writes_nothing(tmp_path: Path) -> None:
-    """Issue 17.6: `check --dry-run` changes nothing, on this host either: no last-report
-    file under the state directory (it wrote /var/lib before)."""
-    from slurm_triage.simulate.estate import NodeEstate
-
-    sim = tmp_path / "sim"
-    NodeEstate(sim, "node2").ensure()
-    state = tmp_path / "state"
-    config = tmp_path / "c.toml"
-    config.write_text(
-        f'[paths]\nstate_dir = "{state}"\n[slurm]\nbin_dir = "{tmp_path}"\nattempts = 1\n'
-        f'[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
-        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n'
-    )
+    """Issue 17.6: `check --dry-run` changes nothing, on this host either: no counters or
+    last-report file under the state directory (it wrote /var/lib before)."""
+    config = _simulated_node2(tmp_path)
     result = _run(
         [sys.executable, "-m", "slurm_triage", "check", "--all", "--dry-run", "--node", "node2"],
         {"SLURM_TRIAGE_CONFIG": str(config)},
     )
     assert "Traceback" not in result.stderr, result.stderr
+    state = tmp_path / "state"
     assert not state.exists() or not any(state.rglob("*"))
 
 
