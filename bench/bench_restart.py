@@ -22,7 +22,10 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from slurm_triage.devcluster.waiting import wait_until
 
 TRIALS = 3
 POLL_S = 0.01
@@ -134,12 +137,8 @@ def _restarted(env: dict[str, str], job: str) -> bool:
     return " Restarts=0 " not in out
 
 
-def _wait(done: object, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise TimeoutError("bench: timed out")
-        time.sleep(POLL_S)
+def _wait(done: Callable[[], object], timeout_s: float) -> None:
+    wait_until(done, timeout_s, "the bench's job", interval_s=POLL_S, error=TimeoutError)
 
 
 if __name__ == "__main__":

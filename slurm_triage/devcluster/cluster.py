@@ -22,6 +22,7 @@ from pathlib import Path
 
 from slurm_triage.devcluster import config_files as cf
 from slurm_triage.devcluster import runtime
+from slurm_triage.devcluster.waiting import wait_until
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import get_logger
 from slurm_triage.simulate.estate import NodeEstate
@@ -231,16 +232,13 @@ def _alive(pid: int | None) -> bool:
 def _wait_until(
     check: Callable[[], bool], timeout_s: float, what: str, log_file: Path | None = None
 ) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    hint = ""
-    if log_file and log_file.exists():
+    def last_log_line() -> str:
+        if not (log_file and log_file.exists()):
+            return ""
         lines = log_file.read_text(errors="replace").strip().splitlines()
-        hint = f" (last log line: {lines[-1][:200]})" if lines else ""
-    raise DevClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}{hint}")
+        return f" (last log line: {lines[-1][:200]})" if lines else ""
+
+    wait_until(check, timeout_s, what, error=DevClusterError, hint=last_log_line)
 
 
 DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", *[f"slurmd-{n}" for n in cf.NODE_NAMES])

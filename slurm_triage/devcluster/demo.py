@@ -24,6 +24,7 @@ from typing import TypeVar
 from slurm_triage.config import LoggingConfig
 from slurm_triage.devcluster import cluster
 from slurm_triage.devcluster.config_files import JOB_USER, NODE_NAMES, ClusterLayout
+from slurm_triage.devcluster.waiting import wait_until
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import setup_logging
 from slurm_triage.simulate.estate import NodeEstate, inject
@@ -34,13 +35,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _wait(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TriageError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+    return wait_until(probe, timeout_s, what, interval_s=0.2)  # type: ignore[return-value]
 
 
 class Demo:
