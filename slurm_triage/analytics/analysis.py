@@ -224,6 +224,8 @@ def run_tables(done: pl.DataFrame, options: ReportOptions) -> dict[str, object]:
 def _labelled(largest: pl.DataFrame, done: pl.DataFrame) -> pl.DataFrame:
     """The largest runs named as sacct named them: JobIDRaw, or the JobID text (13_1)
     where the key had to be made from it."""
+    if "job_label" not in done.columns:
+        return largest.with_columns(pl.col("job_raw").cast(pl.String))
     labels = (
         done.filter(pl.col("job_raw").is_in(largest["job_raw"].implode()))
         .filter(pl.col("job_label").is_not_null())

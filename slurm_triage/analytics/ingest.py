@@ -66,9 +66,11 @@ ATTEMPT_SCHEMA = {
     "gpus": pl.Int32,
     "comment_cause": pl.String,
     "comment_n": pl.Int32,
-    "nodelist": pl.String,  # only on rows in NODE_EVENT_STATES
-    "job_label": pl.String,  # the JobID text where job_raw had to be made from it
 }
+# Columns only some inputs have (a String column costs 16 bytes a row even when empty):
+# nodelist when node events will be joined (NodeList of the rows in NODE_EVENT_STATES),
+# job_label when job_raw had to be made from JobID text (13_1).
+OPTIONAL_SCHEMA = {"nodelist": pl.String, "job_label": pl.String}
 
 Progress = Callable[[int, int], None]
 """Called as progress(rows_done, rows_expected) after each batch; the total is an estimate."""
@@ -80,7 +82,8 @@ _COUNT_CHUNK = 1 << 24
 
 @dataclass(frozen=True)
 class Accounting:
-    """Parsed attempts (ATTEMPT_SCHEMA), where they came from, how many lines were
+    """Parsed attempts (ATTEMPT_SCHEMA, and what OPTIONAL_SCHEMA the input gives), where
+    they came from, how many lines were
     skipped as unparsable (reported, so a half-garbled file does not pass silently), how
     many were job steps, and which columns were read as what."""
 
@@ -150,8 +153,30 @@ def _read(
     except (pl.exceptions.PolarsError, ValueError) as exc:
         detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else "parse error"
         raise IngestError(f"{name}: not sacct output ({detail})") from None
-    steps = _line_count(source) - int(layout.has_header) - parsed.height
+    steps = _steps(source, head, layout, parsed.height)
     return _valid_rows(parsed, name, layout, steps)
+
+
+def _steps(source: Path | bytes, head: bytes, layout: SacctLayout, rows: int) -> int:
+    """Step rows: the lines the scan did not return. sacct prints a job's steps right
+    after it, so a file whose first MiB has none has none, and its lines are not counted
+    (that pass costs a few tenths of a second on a 4M-job file)."""
+    if isinstance(source, Path) and not _has_steps(head, layout):
+        return 0
+    return _line_count(source) - int(layout.has_header) - rows
+
+
+def _has_steps(head: bytes, layout: SacctLayout) -> bool:
+    at = layout.names.index(layout.id_field)
+    for line in head.split(b"\n")[int(layout.has_header) : -1]:
+        fields = line.split(b"|")
+        if layout.needs_field_count and layout.glue_at is not None and at > layout.glue_at:
+            at_line = len(fields) - (len(layout.names) - at)
+        else:
+            at_line = at
+        if 0 <= at_line < len(fields) and b"." in fields[at_line]:
+            return True
+    return False
 
 
 def _line_count(source: Path | bytes) -> int:
@@ -273,10 +298,15 @@ def _typed_columns(
     gpus = tres.str.extract(_GPU_UNTYPED, 1).cast(pl.Int32, strict=False)
     typed_only = gpus.is_null() & tres.str.contains("gres/gpu:", literal=True)
     state = fields["State"]
-    explained = pl.any_horizontal(state.str.starts_with(s) for s in NODE_EVENT_STATES)
-    node_list = fields.get("NodeList", null) if layout.keep_node_lists else null
     job_raw, label = _job_key(layout, fields[layout.id_field])
+    optional = []
+    if layout.keep_node_lists and "NodeList" in fields:
+        explained = pl.any_horizontal(state.str.starts_with(s) for s in NODE_EVENT_STATES)
+        optional.append(_owned(pl.when(explained).then(fields["NodeList"])).alias("nodelist"))
+    if label is not None:
+        optional.append(_owned(label).alias("job_label"))
     return [
+        *optional,
         job_raw.alias("job_raw"),
         state.cast(pl.Categorical).alias("_state"),
         _time(fields["Submit"]).alias("submit"),
@@ -286,8 +316,6 @@ def _typed_columns(
         gpus.fill_null(0).alias("gpus"),
         _owned(comment.str.extract(_TRIAGE_CAUSE, 1)).alias("comment_cause"),
         comment.str.extract(_TRIAGE_N, 1).cast(pl.Int32, strict=False).alias("comment_n"),
-        _owned(pl.when(explained).then(node_list)).alias("nodelist"),
-        _owned(label).alias("job_label"),
         blank.alias("_blank"),  # an empty line: every field is null
         ragged.alias("_ragged"),
         # Rare rows finished after collection, where only they pay: typed-only GPU counts.
@@ -303,7 +331,7 @@ def _owned(text: pl.Expr) -> pl.Expr:
     return pl.concat_str([text, pl.lit("")])
 
 
-def _job_key(layout: SacctLayout, text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+def _job_key(layout: SacctLayout, text: pl.Expr) -> tuple[pl.Expr, pl.Expr | None]:
     """The job's key and, where it had to be made up, the JobID text it stands for.
 
     JobIDRaw is a number. Without it, JobID is a number for plain jobs and `13_1` or
@@ -311,7 +339,7 @@ def _job_key(layout: SacctLayout, text: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     from a hash of the text (never a real job id, which is positive)."""
     number = text.cast(pl.Int64, strict=False)
     if layout.id_field == "JobIDRaw":
-        return number, pl.lit(None, pl.String)
+        return number, None
     made = -(text.hash() // 2).cast(pl.Int64) - 1
     named = number.is_null() & text.is_not_null()
     return pl.when(named).then(made).otherwise(number), pl.when(named).then(text)
@@ -374,7 +402,8 @@ def _valid_rows(parsed: pl.DataFrame, source: str, layout: SacctLayout, steps: i
     good = _typed_gpus(_rejoin_comments(good)).with_columns(_states(good["_state"]).alias("state"))
     # Built column by column (a `select` here costs a pass over every column), then made
     # contiguous once: the parallel reader leaves hundreds of chunks per column.
-    good = pl.DataFrame({name: good.get_column(name) for name in ATTEMPT_SCHEMA}).rechunk()
+    names = [*ATTEMPT_SCHEMA, *(n for n in OPTIONAL_SCHEMA if n in good.columns)]
+    good = pl.DataFrame({name: good.get_column(name) for name in names}).rechunk()
     if not good["job_raw"].is_sorted():
         # Stable, so a job's rows stay in file order.
         good = good.sort("job_raw", maintain_order=True)

@@ -44,8 +44,9 @@ def register(sub: Any) -> None:
         "figures and summary.json to --out, with a summary on the terminal. Any sacct -P "
         "column set with JobIDRaw or JobID, State, Submit, End, ElapsedRaw or Elapsed, "
         "NNodes (AllocTRES for GPUs, NodeList for events, AdminComment optional), with its "
-        f"header line or named by --sacct-columns; without either, {OWN_COLUMNS}. Step "
-        "rows (sacct without -X) are skipped and counted.",
+        "header line or named by --sacct-columns; without either, slurm-triage's own "
+        f"order: {OWN_COLUMNS.replace(',', ', ')}. Step rows (sacct without -X) are skipped "
+        "and counted.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--sacct", type=Path, metavar="FILE", help="saved sacct -P output")
