@@ -60,10 +60,14 @@ def fetch_sacct(config: SlurmConfig, since: datetime, until: datetime | None) ->
 def fetch_node_events(config: SlurmConfig, since: datetime, until: datetime | None) -> NodeEvents:
     """Node events of the period through the Slurm door (`sacctmgr show event`);
     SlurmError (exit 3) when it fails."""
-    from slurm_triage.slurm import open_door
+    from slurm_triage.slurm import SlurmError, open_door
 
     door = open_door(config, timeout_s=max(config.timeout_s, SACCT_TIMEOUT_MIN_S))
-    log = door.node_events(since, until)
+    try:
+        log = door.node_events(since, until)
+    except SlurmError as exc:
+        # The same class (exit 3), with the way out: events are optional for a report.
+        raise type(exc)(f"{exc} (report --no-events reports without node events)") from None
     return from_log(log, f"node events since {since:%Y-%m-%d %H:%M} ({door.name} door)")
 
 

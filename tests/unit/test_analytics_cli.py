@@ -203,6 +203,20 @@ def test_report_since_runs_the_expected_sacct_and_sacctmgr(tmp_path: Path) -> No
     assert "REQUEUED attempts unattributed: 1 (256 GPU-hours)" in text.stdout
 
 
+def test_report_since_when_sacctmgr_fails_names_the_way_out(tmp_path: Path) -> None:
+    """sacctmgr refusing (PrivateData=events, slurmdbd down) is exit 3 in one line that
+    says --no-events reports without node events."""
+    bindir = _fake_slurm_bin(tmp_path, REQUEUED_256, "")
+    (bindir / "sacctmgr").write_text(
+        "#!/bin/sh\necho ' Error with request: Access denied' >&2\nexit 1\n"
+    )
+    env = {BIN_DIR: str(bindir), "SLURM_TRIAGE__SLURM__BACKEND": "cli"}
+    result = _run("report", "--since", "2026-01-01", "--out", str(tmp_path / "out"), env=env)
+    assert result.returncode == 3
+    assert "Access denied" in result.stderr and "--no-events" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_report_with_events_file_counts_each_source(tmp_path: Path) -> None:
     """--events FILE (sacctmgr's default format) joins like the door's events; without it
     the same REQUEUED attempt is not a failure and the summary says so plainly."""
