@@ -121,7 +121,9 @@ class HealthConfig:
     max_temperature_c: float = field(default=87.0, metadata=_range(0, 150))
     check_timeout_s: float = field(default=5.0, metadata=_range(0.05, 300))
     prolog_deadline_s: float = field(default=10.0, metadata=_range(0.1, 300))
-    # false: report what would be drained/resumed, change nothing in Slurm (dry run).
+    # Deprecated: policy.act is the one switch for every change to Slurm, health drains
+    # included. false here still makes health runs a dry run (decide and report, drain and
+    # resume nothing); set policy.act = false instead. `config check` warns while it is set.
     drain: bool = True
     # Circuit breaker: stop draining for a check that already drained more than this share
     # of the cluster's nodes (and at least breaker_min_nodes) within breaker_window_s.
@@ -204,7 +206,8 @@ class PolicyConfig:
     lemon_failed_jobs: int = field(default=4, metadata=_range(1, 100000))
     lemon_distinct_xids: int = field(default=3, metadata=_range(1, 1000))
     lemon_times_drained: int = field(default=3, metadata=_range(1, 100000))
-    # false: decide, record and report, but change nothing in Slurm.
+    # false: a dry run. Decide, record and report every decision (job ends and health
+    # runs: requeues, exclusions, drains, resumes), but change nothing in Slurm.
     act: bool = True
 
 
@@ -414,6 +417,17 @@ def config_from_mapping(
         for name, cls in _SECTIONS.items()
     }
     return Config(**sections, source=source)
+
+
+def deprecations(config: Config) -> tuple[str, ...]:
+    """One line for each deprecated setting in effect: still honoured, to be replaced."""
+    found = []
+    if not config.health.drain:
+        found.append(
+            "health.drain = false is deprecated: set policy.act = false, the one switch for "
+            "every change to Slurm (health.drain = false still makes health runs a dry run)"
+        )
+    return tuple(found)
 
 
 def config_path(env: Mapping[str, str] | None = None) -> tuple[Path, bool]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from slurm_triage.health_checks.actions import DRAIN_PREFIX
+from slurm_triage.policies.reasons import DRAIN_PREFIX
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
     InvalidJobState,

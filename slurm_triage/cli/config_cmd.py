@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from slurm_triage.config import load_config, to_toml
+from slurm_triage.config import deprecations, load_config, to_toml
 
 
 def register(sub: Any) -> None:
@@ -36,7 +37,8 @@ def register(sub: Any) -> None:
         "check",
         help="validate a config file; exit 0 if good, 2 with the reason if not",
         description="Validate FILE: TOML syntax, known sections and keys, value types and "
-        "ranges. Prints 'FILE: ok' or one line naming the bad key and what it accepts.",
+        "ranges. Prints 'FILE: ok' or one line naming the bad key and what it accepts; a "
+        "deprecated setting that is still honoured is a warning on stderr (exit 0).",
     )
     check.add_argument("file", type=Path, metavar="FILE")
     check.set_defaults(handler=_check)
@@ -53,6 +55,8 @@ def _show(args: argparse.Namespace, context: Any) -> int:
 
 
 def _check(args: argparse.Namespace, context: Any) -> int:
-    load_config(args.file, env={})
+    config = load_config(args.file, env={})
     print(f"{args.file}: ok")
+    for line in deprecations(config):
+        print(f"{args.file}: warning: {line}", file=sys.stderr)
     return 0

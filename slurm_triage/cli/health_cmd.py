@@ -53,7 +53,7 @@ def register(sub: Any) -> None:
 
 def _check(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage.health_checks import registry, service
-    from slurm_triage.health_checks.actions import Outcome
+    from slurm_triage.policies.nodes import NodeOutcome
     from slurm_triage.slurm import SlurmError
 
     if args.list:
@@ -88,6 +88,7 @@ def _check(args: argparse.Namespace, context: Any) -> int:
                         "outcome": decision.outcome.value,
                         "reason": decision.reason,
                         "applied": decision.applied,
+                        "dry_run": decision.dry_run,
                         "detail": decision.detail,
                     },
                 }
@@ -95,7 +96,7 @@ def _check(args: argparse.Namespace, context: Any) -> int:
         )
     else:
         _table(report, decision, sys.stdout.isatty())
-    if decision.outcome is Outcome.SLURM_ERROR:
+    if decision.outcome is NodeOutcome.SLURM_ERROR:
         # The node may be serving jobs it should not (or stay drained for nothing): a
         # monitoring system running `check` must see this run did not do its job.
         print(f"slurm-triage: node action not applied: {decision.detail}", file=sys.stderr)
@@ -112,7 +113,7 @@ def _table(report: Any, decision: Any, color: bool) -> None:
         sev = r.severity.value if r.failed else ""
         print(f"  {r.check:<15} {shown} {sev:<5} {r.reason}")
     if decision.outcome.value != "none":
-        done = "done" if decision.applied else "not applied"
+        done = "done" if decision.applied else "dry run" if decision.dry_run else "not applied"
         print(
             f"node action: {decision.outcome.value} ({done}) {decision.reason} "
             f"{decision.detail}".rstrip()

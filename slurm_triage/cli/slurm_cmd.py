@@ -135,36 +135,45 @@ def _nodes(args: argparse.Namespace, context: Any) -> int:
 
 
 def _requeue(args: argparse.Namespace, context: Any) -> int:
-    _door(args, context).requeue(args.job_id, hold=args.hold)
+    from slurm_triage.actuator import commands
+
+    commands.requeue(_door(args, context), args.job_id, hold=args.hold)
     print(f"job {args.job_id} requeued{' (held)' if args.hold else ''}")
     return 0
 
 
 def _exclude(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage import hostlist
+    from slurm_triage.actuator import commands
 
     try:
         names = [n for expr in args.nodes for n in hostlist.expand(expr)]
     except hostlist.HostlistError as exc:
         raise TriageError(str(exc)) from None
-    result = _door(args, context).set_excluded_nodes(args.job_id, names, merge=not args.replace)
+    result = commands.exclude(_door(args, context), args.job_id, names, merge=not args.replace)
     print(f"job {args.job_id} excludes {hostlist.compress(result) or 'no nodes'}")
     return 0
 
 
 def _admin_comment(args: argparse.Namespace, context: Any) -> int:
-    _door(args, context).set_admin_comment(args.job_id, args.text)
+    from slurm_triage.actuator import commands
+
+    commands.set_admin_comment(_door(args, context), args.job_id, args.text)
     print(f"job {args.job_id} AdminComment set")
     return 0
 
 
 def _drain(args: argparse.Namespace, context: Any) -> int:
-    _door(args, context).drain(args.node, args.reason)
+    from slurm_triage.actuator import commands
+
+    commands.drain(_door(args, context), args.node, args.reason)
     print(f"{args.node} drained: {args.reason}")
     return 0
 
 
 def _resume(args: argparse.Namespace, context: Any) -> int:
-    _door(args, context).resume(args.node)
+    from slurm_triage.actuator import commands
+
+    commands.resume(_door(args, context), args.node)
     print(f"{args.node} resumed")
     return 0

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from slurm_triage.actuator import commands
 from slurm_triage.config import LoggingConfig
 from slurm_triage.devcluster import cluster
 from slurm_triage.devcluster.config_files import JOB_USER, NODE_NAMES, ClusterLayout
@@ -52,9 +53,7 @@ class Demo:
     def reset(self) -> None:
         for node in NODE_NAMES:
             inject(NodeEstate(self.layout.simulate_root, node), "clear")
-            if self.door.node(node).drained:
-                self.door.resume(node)
-            self.door.set_node_comment(node, "")
+            commands.reset_node(self.door, node)
 
     def submit(self, name: str, body: str, *options: str) -> int:
         script = self.workdir / f"{name}.sbatch"

@@ -105,3 +105,34 @@ def unknown(check: str, reason: str, **evidence: Any) -> CheckResult:
 
 def skipped(check: str, reason: str) -> CheckResult:
     return CheckResult(check, Status.SKIPPED, reason=reason)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """All results of one run on one node, in the order they ran."""
+
+    node: str
+    mode: str
+    started: float
+    seconds: float
+    results: tuple[CheckResult, ...]
+    stopped_early: bool = False
+
+    @property
+    def failures(self) -> tuple[CheckResult, ...]:
+        return tuple(r for r in self.results if r.failed)
+
+    @property
+    def all_passed(self) -> bool:
+        """Every check decided and none failed (SKIPPED and WARN pass; UNKNOWN does not)."""
+        return all(r.status in (Status.OK, Status.WARN, Status.SKIPPED) for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "mode": self.mode,
+            "started": self.started,
+            "seconds": round(self.seconds, 4),
+            "stopped_early": self.stopped_early,
+            "results": [r.to_dict() for r in self.results],
+        }

@@ -25,43 +25,12 @@ from slurm_triage.health_checks import aer, app_xids, gpu, infiniband, kernel_lo
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.registry import CheckSpec
-from slurm_triage.health_checks.result import CheckResult, Severity, Status, unknown
+from slurm_triage.health_checks.result import CheckResult, RunReport, Severity, Status, unknown
 from slurm_triage.logs import get_logger
 
 
 class FactError(Exception):
     """A fact source could not be read (timed out or raised); the reason is the message."""
-
-
-@dataclass(frozen=True)
-class RunReport:
-    """All results of one run on one node, in the order they ran."""
-
-    node: str
-    mode: str
-    started: float
-    seconds: float
-    results: tuple[CheckResult, ...]
-    stopped_early: bool = False
-
-    @property
-    def failures(self) -> tuple[CheckResult, ...]:
-        return tuple(r for r in self.results if r.failed)
-
-    @property
-    def all_passed(self) -> bool:
-        """Every check decided and none failed (SKIPPED and WARN pass; UNKNOWN does not)."""
-        return all(r.status in (Status.OK, Status.WARN, Status.SKIPPED) for r in self.results)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "mode": self.mode,
-            "started": self.started,
-            "seconds": round(self.seconds, 4),
-            "stopped_early": self.stopped_early,
-            "results": [r.to_dict() for r in self.results],
-        }
 
 
 def node_name(explicit: str | None = None) -> str:

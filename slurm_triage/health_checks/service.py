@@ -16,22 +16,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_triage.actuator import carry_out_node, clear_failing_mark, mark_failing
 from slurm_triage.config import Config
 from slurm_triage.gpu_ids import JobScope, job_scope
 from slurm_triage.health_checks import registry
-from slurm_triage.health_checks.actions import (
-    FAILING_MARK,
-    NodeDecision,
-    Outcome,
-    carry_out,
-    decide,
-    failing_mark,
-    write_atomically,
-)
-from slurm_triage.health_checks.result import Severity
-from slurm_triage.health_checks.runner import Run, RunReport, node_name
+from slurm_triage.health_checks.result import RunReport, Severity
+from slurm_triage.health_checks.runner import Run, node_name
 from slurm_triage.logs import get_logger
 from slurm_triage.observe import hooks as observe
+from slurm_triage.policies.breaker import has_failing_mark
+from slurm_triage.policies.nodes import NodeDecision, NodeOutcome, decide_node
 from slurm_triage.slurm import SlurmDoor, SlurmError, open_door
 
 
@@ -81,25 +75,29 @@ def act(
 
     Before a drain the node marks its failure in its Slurm node Comment and waits
     `breaker_settle_s`, so nodes failing the same check together see each other and the
-    circuit breaker can hold all of them back, not only the ones after the first few."""
+    circuit breaker can hold all of them back, not only the ones after the first few. A dry
+    run (`--dry-run`, `policy.act = false`, or the deprecated `health.drain = false`)
+    decides, marks nothing and changes nothing."""
     log = get_logger(node=report.node)
-    dry = dry_run or not config.health.drain
+    dry = dry_run or not config.policy.act or not config.health.drain
     try:
         door = door or open_door(config.slurm)
         cluster = door.nodes() if report.failures else ()
         node = next((n for n in cluster if n.name == report.node), None) or door.node(report.node)
-        decision = decide(report, node, cluster, config.health, may_resume=may_resume)
-        if decision.outcome is Outcome.BREAKER_OPEN and not dry and decision.check:
+        decision = decide_node(
+            report, node, cluster, config.health, may_resume=may_resume, now=time.time()
+        )
+        if decision.outcome is NodeOutcome.BREAKER_OPEN and not dry and decision.check:
             # Failing too: say so, so the nodes still settling count this one as well.
-            door.set_node_comment(report.node, failing_mark(decision.check, time.time()))
-        elif decision.outcome is Outcome.DRAIN and not dry and decision.check:
+            mark_failing(door, report.node, decision.check, time.time())
+        elif decision.outcome is NodeOutcome.DRAIN and not dry and decision.check:
             decision = _settle_then_decide(config, report, door, decision.check, may_resume)
-        elif not report.failures and node.comment.startswith(FAILING_MARK):
-            door.set_node_comment(report.node, "")
+        elif not report.failures and has_failing_mark(node.comment) and not dry:
+            clear_failing_mark(door, report.node)
     except SlurmError as exc:
         log.error("health_slurm_unreachable", error=str(exc))
-        return NodeDecision(Outcome.SLURM_ERROR, report.node, detail=str(exc))
-    done = carry_out(decision, door, dry_run=dry)
+        return NodeDecision(NodeOutcome.SLURM_ERROR, report.node, detail=str(exc))
+    done = carry_out_node(decision, door, dry_run=dry)
     observe.after_health_action(config, report, done, dry_run=dry_run)  # metrics, webhook
     return done
 
@@ -107,11 +105,21 @@ def act(
 def _settle_then_decide(
     config: Config, report: RunReport, door: SlurmDoor, check: str, may_resume: bool
 ) -> NodeDecision:
-    door.set_node_comment(report.node, failing_mark(check, time.time()))
+    mark_failing(door, report.node, check, time.time())
     time.sleep(config.health.breaker_settle_s)
     cluster = door.nodes()
     node = next(n for n in cluster if n.name == report.node)
-    return decide(report, node, cluster, config.health, may_resume=may_resume)
+    return decide_node(report, node, cluster, config.health, may_resume=may_resume, now=time.time())
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def record(config: Config, report: RunReport) -> None:
@@ -158,7 +166,7 @@ def prolog(config: Config) -> int:
     hard = any(r.severity is Severity.HIGH for r in report.failures)
     if hard:
         _record_for_decision(config, report)
-    if decision.outcome is Outcome.BREAKER_OPEN:
+    if decision.outcome is NodeOutcome.BREAKER_OPEN:
         return 0  # a suspected broken check must not turn away every job on the cluster
     return 1 if hard else 0
 

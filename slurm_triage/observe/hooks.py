@@ -25,12 +25,12 @@ from slurm_triage.logs import get_logger
 # Imports of the observing modules wait until something is to be observed: every Prolog
 # imports this module, and most sites leave metrics or notifications off on some nodes.
 if TYPE_CHECKING:
-    from slurm_triage.health_checks.actions import NodeDecision
-    from slurm_triage.health_checks.runner import RunReport
+    from slurm_triage.actuator import Applied
+    from slurm_triage.health_checks.result import RunReport
     from slurm_triage.journal import Journal
     from slurm_triage.observe import notify
     from slurm_triage.policies import Decision
-    from slurm_triage.prolog_epilog.actuator import Applied
+    from slurm_triage.policies.nodes import NodeDecision
     from slurm_triage.taxonomy import Cause
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -34,8 +34,8 @@ from slurm_triage.observe.node_ledger import (
 from slurm_triage.observe.textfile import locked, write_atomically
 
 if TYPE_CHECKING:
-    from slurm_triage.health_checks.actions import NodeDecision
-    from slurm_triage.health_checks.runner import RunReport
+    from slurm_triage.health_checks.result import RunReport
+    from slurm_triage.policies.nodes import NodeDecision
 
 
 def node_textfile(config: Config, node: str) -> Path:

@@ -176,18 +176,17 @@ def must_fit(config: PolicyConfig) -> Policy:
 
 
 def drains_blamed_nodes(config: PolicyConfig, cause: Cause, root_backed: bool) -> bool:
-    """Whether the nodes blamed for `cause` leave service: acting, a drain cause, and blame
-    backed by root-collected evidence. The node Epilog asks the same (epilog.node_fault), so
-    it fails exactly where the decision would drain."""
-    return config.act and root_backed and cause.value in config.drain_causes
+    """Whether the nodes blamed for `cause` leave service: a drain cause, and blame backed by
+    root-collected evidence. The node Epilog asks the same (epilog.node_fault), so it fails
+    exactly where the decision would drain. `policy.act` is not asked here: a dry run
+    decides the same drains, and the actuator leaves them undone."""
+    return root_backed and cause.value in config.drain_causes
 
 
 def drains(config: PolicyConfig) -> Policy:
     """Drain blamed nodes only on root-collected evidence, and lemon nodes of this job."""
 
     def step(g: PolicyInput, d: Decision) -> Decision:
-        if not config.act:
-            return d
         drain: list[str] = []
         if g.blamed and drains_blamed_nodes(config, g.cause, g.root_backed):
             drain += list(g.blamed)

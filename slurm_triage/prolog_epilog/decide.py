@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from slurm_triage import hostlist
+from slurm_triage import actuator, hostlist
 from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, scan_lines
 from slurm_triage.config import Config
 from slurm_triage.evidence import (
@@ -27,14 +27,14 @@ from slurm_triage.evidence import (
     fact_to_dict,
     parse_job_state,
 )
-from slurm_triage.health_checks.actions import DRAIN_PREFIX
 from slurm_triage.journal import Journal, JournalError, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.observe import hooks as observe
 from slurm_triage.policies import Decision, JobView, PastDecision, PolicyInput, default_chain
 from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.lemons import node_signals
-from slurm_triage.prolog_epilog import actuator, safe_files
+from slurm_triage.policies.reasons import job_drain_reason
+from slurm_triage.prolog_epilog import safe_files
 from slurm_triage.prolog_epilog.detach import detach
 from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_door
 from slurm_triage.taxonomy import Action, Domain, info, parse_cause
@@ -365,9 +365,10 @@ def _node_events(
         NodeEvent(n, ending.job_id, now, "excluded", None, None, multi)
         for n in applied.excluded or (decision.exclude if applied.dry_run else ())
     ]
+    # A dry run records what it would have excluded and drained, as if acting.
     events += [
         NodeEvent(n, ending.job_id, now, "drained", attribution.cause.value, None, multi)
-        for n in applied.drained
+        for n in applied.drained or (decision.drain if applied.dry_run else ())
     ]
     return events
 
@@ -458,7 +459,7 @@ def decide(
         lemon_reasons=lemons,
     )
     decision = default_chain(config.policy)(given)
-    reason = f"{DRAIN_PREFIX}{attribution.cause.value} job={ending.job_id}: {attribution.reason}"
+    reason = job_drain_reason(attribution.cause.value, ending.job_id, attribution.reason)
     applied = actuator.carry_out(
         door,
         ending.job_id,

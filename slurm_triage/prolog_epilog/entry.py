@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from slurm_triage.config import Config, ConfigError, LoggingConfig, load_config
+from slurm_triage.config import Config, ConfigError, LoggingConfig, deprecations, load_config
 from slurm_triage.logs import get_logger, setup_logging
 
 # The SLURM_* variables slurmd/slurmctld pass to these programs that we log as context.
@@ -42,6 +42,8 @@ def _run_role(role: str, body: Callable[[Config], int]) -> int:
         return 0
     context = {key: os.environ[var] for var, key in _CONTEXT_VARS.items() if var in os.environ}
     log = get_logger(role=role, **context)
+    for line in deprecations(config):
+        log.warning("config_deprecated_key", detail=line)
     try:
         return body(config)
     except Exception as exc:  # our bug must not drain a node

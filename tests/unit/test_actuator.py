@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from slurm_triage import actuator
+from slurm_triage.actuator import Applied
 from slurm_triage.policies import Decision, Verdict
-from slurm_triage.prolog_epilog import actuator
-from slurm_triage.prolog_epilog.actuator import Applied
 from slurm_triage.slurm import InvalidJobState, JobState, SlurmUnavailable
 from slurm_triage.testing import Call, FakeDoor, job_info, node_infos
 

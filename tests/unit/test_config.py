@@ -146,6 +146,16 @@ def test_config_check_good_and_bad(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_config_check_warns_of_a_deprecated_setting(tmp_path: Path) -> None:
+    """health.drain = false is still a valid file (exit 0) with a warning naming policy.act."""
+    path = tmp_path / "old.toml"
+    path.write_text("[health]\ndrain = false\n")
+    result = _cli("config", "check", str(path))
+    assert (result.returncode, result.stdout.strip()) == (0, f"{path}: ok")
+    assert result.stderr.startswith(f"{path}: warning: health.drain = false is deprecated")
+    assert "policy.act" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
 def test_config_show_with_broken_config_exits_2(tmp_path: Path) -> None:
     """`config show` under a broken SLURM_TRIAGE_CONFIG fails with exit 2, one line."""
     bad = tmp_path / "bad.toml"

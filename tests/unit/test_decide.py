@@ -474,8 +474,9 @@ def test_dry_run_decides_and_records_without_changing_slurm(tmp_path: Path) -> N
     row = cluster.row()
     assert (row.action, row.outcome, row.applied) == ("requeue", "dry_run", False)
     assert row.excluded == () and row.drained == ()
-    # What would have been excluded still counts in the node's history.
-    assert cluster.events("node2") == ["blamed", "excluded"]
+    # What would have been excluded and drained still counts in the node's history.
+    assert cluster.events("node2") == ["blamed", "excluded", "drained"]
+    assert any(r.startswith("drain node2: root-collected") for r in row.reasons)
 
 
 def test_a_second_decider_for_the_same_job_end_does_nothing(cluster: Cluster) -> None:

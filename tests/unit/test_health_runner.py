@@ -10,9 +10,9 @@ import pytest
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig
 from slurm_triage.health_checks import registry
-from slurm_triage.health_checks.actions import Outcome, decide
-from slurm_triage.health_checks.result import Status
-from slurm_triage.health_checks.runner import Run, RunReport
+from slurm_triage.health_checks.result import RunReport, Status
+from slurm_triage.health_checks.runner import Run
+from slurm_triage.policies.nodes import NodeOutcome, decide_node
 from slurm_triage.simulate.estate import MOUNTS, NodeEstate, inject
 from slurm_triage.slurm.model import NodeInfo
 
@@ -117,8 +117,10 @@ def test_decide_drains_with_prefixed_reason(setup) -> None:  # type: ignore[no-u
     """A failed check drains the node with 'triage: <check> <reason>'."""
     report = _failed_report(setup)
     cluster = [_node(f"node{i}") for i in range(1, 31)]
-    decision = decide(report, cluster[1], cluster, setup[0].health, may_resume=True)
-    assert decision.outcome is Outcome.DRAIN
+    decision = decide_node(
+        report, cluster[1], cluster, setup[0].health, may_resume=True, now=time.time()
+    )
+    assert decision.outcome is NodeOutcome.DRAIN
     assert decision.reason.startswith("triage: ib.ports mlx5_0:1 1: DOWN")
 
 
@@ -126,10 +128,14 @@ def test_admin_drain_is_never_touched(setup) -> None:  # type: ignore[no-untyped
     """A node an admin drained stays drained with its reason, failing or passing."""
     config, _ = setup
     admin = _node("node2", "RMA ticket 4411", drained=True)
-    passing = decide(run(config, ("gpu.count",)), admin, [admin], config.health, may_resume=True)
-    assert passing.outcome is Outcome.ADMIN_DRAINED
-    failing = decide(_failed_report(setup), admin, [admin], config.health, may_resume=True)
-    assert failing.outcome is Outcome.ADMIN_DRAINED
+    passing = decide_node(
+        run(config, ("gpu.count",)), admin, [admin], config.health, may_resume=True, now=time.time()
+    )
+    assert passing.outcome is NodeOutcome.ADMIN_DRAINED
+    failing = decide_node(
+        _failed_report(setup), admin, [admin], config.health, may_resume=True, now=time.time()
+    )
+    assert failing.outcome is NodeOutcome.ADMIN_DRAINED
 
 
 def test_resume_only_ours_and_only_after_a_full_pass(setup) -> None:  # type: ignore[no-untyped-def]
@@ -137,8 +143,14 @@ def test_resume_only_ours_and_only_after_a_full_pass(setup) -> None:  # type: ig
     config, _ = setup
     ours = _node("node2", "triage: gpu.lost GPU3", drained=True)
     report = run(config)
-    assert decide(report, ours, [ours], config.health, may_resume=True).outcome is Outcome.RESUME
-    assert decide(report, ours, [ours], config.health, may_resume=False).outcome is Outcome.NONE
+    assert (
+        decide_node(report, ours, [ours], config.health, may_resume=True, now=time.time()).outcome
+        is NodeOutcome.RESUME
+    )
+    assert (
+        decide_node(report, ours, [ours], config.health, may_resume=False, now=time.time()).outcome
+        is NodeOutcome.NONE
+    )
 
 
 def test_circuit_breaker_stops_draining_for_a_cluster_wide_failure(setup) -> None:  # type: ignore[no-untyped-def]
@@ -151,29 +163,31 @@ def test_circuit_breaker_stops_draining_for_a_cluster_wide_failure(setup) -> Non
     ]
     cluster += [_node(f"node{i}") for i in range(4, 21)]
     me = cluster[5]
-    decision = decide(report, me, cluster, setup[0].health, may_resume=True, now=now)
-    assert decision.outcome is Outcome.BREAKER_OPEN
+    decision = decide_node(report, me, cluster, setup[0].health, may_resume=True, now=now)
+    assert decision.outcome is NodeOutcome.BREAKER_OPEN
     assert "suspected check or fabric fault" in decision.detail
     stale = [replace(n, reason_time=now - 7200) if n.drained else n for n in cluster]
     assert (
-        decide(report, me, stale, setup[0].health, may_resume=True, now=now).outcome
-        is Outcome.DRAIN
+        decide_node(report, me, stale, setup[0].health, may_resume=True, now=now).outcome
+        is NodeOutcome.DRAIN
     )
 
 
 def test_breaker_counts_nodes_marked_failing_the_same_check(setup) -> None:  # type: ignore[no-untyped-def]
     """Nodes that marked the same failing check in their Comment (not yet drained) count
     toward the breaker, so simultaneous failures everywhere drain nothing."""
-    from slurm_triage.health_checks.actions import failing_mark
+    from slurm_triage.policies.breaker import failing_mark
 
     report = _failed_report(setup)
     now = time.time()
     marked = [replace(_node(f"node{i}"), comment=failing_mark("ib.ports", now - 2)) for i in (1, 3)]
     me = _node("node2")
-    decision = decide(report, me, [*marked, me], setup[0].health, may_resume=True, now=now)
-    assert decision.outcome is Outcome.BREAKER_OPEN
+    decision = decide_node(report, me, [*marked, me], setup[0].health, may_resume=True, now=now)
+    assert decision.outcome is NodeOutcome.BREAKER_OPEN
     other_check = [replace(n, comment=failing_mark("gpu.count", now)) for n in marked]
     assert (
-        decide(report, me, [*other_check, me], setup[0].health, may_resume=True, now=now).outcome
-        is Outcome.DRAIN
+        decide_node(
+            report, me, [*other_check, me], setup[0].health, may_resume=True, now=now
+        ).outcome
+        is NodeOutcome.DRAIN
     )

@@ -12,6 +12,7 @@ import os
 import time
 from pathlib import Path
 
+from slurm_triage import actuator
 from slurm_triage.attribution import attribute
 from slurm_triage.evidence import (
     EvidenceRecord,
@@ -25,7 +26,7 @@ from slurm_triage.evidence import (
     record_to_json,
 )
 from slurm_triage.policies import Decision, Verdict
-from slurm_triage.prolog_epilog import actuator, safe_files
+from slurm_triage.prolog_epilog import safe_files
 from slurm_triage.prolog_epilog.decide import on_job_nodes
 from slurm_triage.taxonomy import Cause
 from tests.unit.conftest import JOB_USER

@@ -14,12 +14,12 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
+from slurm_triage.actuator import Applied
 from slurm_triage.config import MetricsConfig, NotifyConfig
 from slurm_triage.observe import hooks
 from slurm_triage.observe.controller import ControllerFacts, controller_families, read_facts
 from slurm_triage.observe.exposition import openmetrics, prometheus_text
 from slurm_triage.policies import Decision, Verdict
-from slurm_triage.prolog_epilog.actuator import Applied
 from tests.unit.test_decide import JOB, Cluster, nccl_timeout, xid79
 from tests.unit.webhook_server import Webhook, webhook_server
 

@@ -16,7 +16,6 @@ from prometheus_client.parser import text_string_to_metric_families as text_pars
 
 from slurm_triage.config import Config, MetricsConfig, NotifyConfig
 from slurm_triage.health_checks import service
-from slurm_triage.health_checks.actions import Outcome
 from slurm_triage.observe import hooks
 from slurm_triage.observe.node_ledger import (
     LedgerError,
@@ -26,6 +25,7 @@ from slurm_triage.observe.node_ledger import (
     read_ledger,
 )
 from slurm_triage.observe.textfile import MetricsBusy, locked, write_atomically
+from slurm_triage.policies.nodes import NodeOutcome
 from slurm_triage.simulate.estate import NodeEstate, inject
 from slurm_triage.taxonomy import Cause
 from slurm_triage.testing import FakeDoor, node_info
@@ -59,7 +59,7 @@ def _samples(config: Config) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
     }
 
 
-def _periodic(config: Config, door: FakeDoor, *, dry_run: bool = False) -> Outcome:
+def _periodic(config: Config, door: FakeDoor, *, dry_run: bool = False) -> NodeOutcome:
     """What `slurm-triage-healthcheck` does, with the door given."""
     report = service.run_checks(config, mode="cron", everything=True, node=NODE)
     if not dry_run:
@@ -78,7 +78,7 @@ def test_a_healthy_run_records_each_checks_status_and_time(
     """Every check's status (one of five, as 0/1), duration and time; the run counted by
     mode; the textfile 0644 in the Prometheus text format, the ledger root's alone."""
     config = _config(tmp_path)
-    assert _periodic(config, FakeDoor(nodes=[node_info(NODE)])) is Outcome.NONE
+    assert _periodic(config, FakeDoor(nodes=[node_info(NODE)])) is NodeOutcome.NONE
     samples = _samples(config)
     status = {labels: v for (name, labels), v in samples.items() if name.endswith("check_status")}
     assert status[(("check", "gpu.count"), ("status", "ok"))] == 1
@@ -98,7 +98,7 @@ def test_an_rma_drain_is_counted_and_notified_once(tmp_path: Path, estate: NodeE
     with webhook_server() as hook:
         config = _config(tmp_path, hook)
         door = FakeDoor(nodes=[node_info(f"node{i}") for i in range(1, 21)])
-        assert _periodic(config, door) is Outcome.DRAIN
+        assert _periodic(config, door) is NodeOutcome.DRAIN
         messages = hook.messages()
     assert [(m["kind"], m["node"], m["check"]) for m in messages] == [
         ("rma", NODE, "gpu.row_remap")
@@ -126,8 +126,8 @@ def test_breaker_trips_are_counted_each_run_and_notified_once_per_window(
     with webhook_server() as hook:
         config = _config(tmp_path, hook)
         door = FakeDoor(nodes=[*others, node_info(NODE)])
-        assert _periodic(config, door) is Outcome.BREAKER_OPEN
-        assert _periodic(config, door) is Outcome.BREAKER_OPEN
+        assert _periodic(config, door) is NodeOutcome.BREAKER_OPEN
+        assert _periodic(config, door) is NodeOutcome.BREAKER_OPEN
         messages = hook.messages()
     assert [(m["kind"], m["check"]) for m in messages] == [("breaker_trip", "ib.ports")]
     trips = ("slurm_triage_health_breaker_trips_total", (("check", "ib.ports"),))
@@ -138,7 +138,7 @@ def test_a_resume_is_counted(tmp_path: Path, estate: NodeEstate) -> None:
     """A node we drained passes every check: resumed, and counted."""
     config = _config(tmp_path)
     ours = node_info(NODE, flags=frozenset({"DRAIN"}), reason="triage: gpu.lost GPU3")
-    assert _periodic(config, FakeDoor(nodes=[ours])) is Outcome.RESUME
+    assert _periodic(config, FakeDoor(nodes=[ours])) is NodeOutcome.RESUME
     assert _samples(config)[("slurm_triage_health_resumes_total", ())] == 1
 
 

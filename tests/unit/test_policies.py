@@ -257,9 +257,12 @@ def test_lemon_nodes_of_the_job_are_drained_with_the_reason() -> None:
     assert d.drain == ("node5",) and any("lemon" in r and "4 failed jobs" in r for r in d.reasons)
 
 
-def test_act_false_drains_nothing() -> None:
-    """policy.act = false keeps the decision but plans no drains."""
-    assert default_chain(replace(CONFIG, act=False))(given()).drain == ()
+def test_act_false_plans_the_same_drains() -> None:
+    """policy.act = false is a dry run: the chain plans the drains it would make (the
+    actuator leaves them undone, and the decision records them)."""
+    dry = default_chain(replace(CONFIG, act=False))(given())
+    assert dry.drain == ("node2",) == default_chain(CONFIG)(given()).drain
+    assert dry.reasons == default_chain(CONFIG)(given()).reasons
 
 
 def test_policies_compose_left_to_right() -> None:

@@ -1,4 +1,4 @@
-"""The one actuator: carries a policy Decision out through the Slurm door (dry-run capable).
+"""A job end's Decision carried out through the Slurm door (dry-run capable).
 
 Order is Slurm's: requeue first (before it, updates fail with "Job has already finished"),
 then the exclusions and the begin time on the now-pending job, then drains, then the
@@ -6,7 +6,7 @@ AdminComment summary. Each step's failure is recorded and the next steps still r
 it is (a SlurmError, or an OSError such as E2BIG from an absurd argument list): the decision
 is always journalled, so budgets keep counting. A drain never overrides a node an admin
 drained; Slurm's own "Epilog error" drain (our Epilog failed on purpose: epilog.node_fault)
-on a node we drain is relabelled with our reason.
+on a node we drain is relabelled with our reason (policies.reasons.may_replace_drain).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 
 from slurm_triage.logs import get_logger
-from slurm_triage.policies import Decision, Verdict
+from slurm_triage.policies.model import Decision, Verdict
+from slurm_triage.policies.reasons import may_replace_drain
 from slurm_triage.slurm import InvalidJobState, JobState, SlurmDoor, SlurmError
 
 
@@ -206,10 +207,6 @@ def _comment(
         errors.append(f"admin_comment: {_describe(exc)}")
 
 
-# What slurmctld writes when a node's Epilog exits non-zero (22.05 through 25.11).
-SLURM_EPILOG_DRAIN_REASON = "Epilog error"
-
-
 def _drain(
     door: SlurmDoor, nodes: tuple[str, ...], reason: str, errors: list[str]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -217,7 +214,7 @@ def _drain(
     for node in nodes:
         try:
             current = door.node(node)
-            if current.drained and current.reason != SLURM_EPILOG_DRAIN_REASON:
+            if not may_replace_drain(current.drained, current.reason):
                 skipped.append(node)  # ours already, or an admin's: leave it as it is
                 continue
             door.drain(node, reason)

@@ -1,0 +1,23 @@
+"""The actuator: the only code that changes Slurm state, always through the Slurm door.
+
+`jobs.carry_out` carries a job end's Decision out (requeue, hold, release, cancel, exclusions,
+begin time, drains, AdminComment); `nodes.carry_out_node` a health run's NodeDecision (drain,
+resume) and `nodes.mark_failing` the circuit breaker's node Comment; `commands` a person's
+own `slurm-triage slurm ACTION`. Both carry-outs are dry-run capable: with `policy.act =
+false` they change nothing and say so in what they return, so the dry run is recorded.
+Policies (slurm_triage.policies) decide; nothing else in slurm_triage calls the door's
+mutating methods (tests/unit/test_architecture.py checks it).
+"""
+
+from slurm_triage.actuator.jobs import Applied, accounted_comment, admin_comment, carry_out
+from slurm_triage.actuator.nodes import carry_out_node, clear_failing_mark, mark_failing
+
+__all__ = [
+    "Applied",
+    "accounted_comment",
+    "admin_comment",
+    "carry_out",
+    "carry_out_node",
+    "clear_failing_mark",
+    "mark_failing",
+]

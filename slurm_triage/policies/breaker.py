@@ -1,0 +1,68 @@
+"""The circuit breaker of health drains, with Slurm as the shared state.
+
+When a check already drained more than `breaker_max_share` of the cluster (and at least
+`breaker_min_nodes`) within `breaker_window_s`, the check itself or the fabric is the likelier
+fault, so we stop draining for it and say so. Before draining, a node writes
+`triage-failing <check> <time>` into its Slurm node Comment and settles a few seconds
+(prolog_epilog.node_action); nodes marked that way count as failing too, so a check failing
+on every node at once drains nothing. Pure: the cluster's nodes and the time are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slurm_triage.config import HealthConfig
+from slurm_triage.policies.reasons import DRAIN_PREFIX
+from slurm_triage.slurm.model import NodeInfo
+
+FAILING_MARK = "triage-failing"
+
+
+def failing_mark(check: str, now: float) -> str:
+    """What a node writes in its Slurm node Comment before draining for `check`."""
+    return f"{FAILING_MARK} {check} {int(now)}"
+
+
+def has_failing_mark(comment: str) -> bool:
+    """Whether a node Comment is our failing mark (any check, any time)."""
+    return comment.startswith(FAILING_MARK)
+
+
+def marked_failing(node: NodeInfo, check: str, now: float, window_s: float) -> bool:
+    """Whether `node` marked itself failing `check` within the window."""
+    words = node.comment.split()
+    if len(words) != 3 or words[0] != FAILING_MARK or words[1] != check:
+        return False
+    return words[2].isdigit() and now - int(words[2]) <= window_s
+
+
+def breaker_reason(
+    check: str, node: str, cluster: Sequence[NodeInfo], config: HealthConfig, now: float
+) -> str:
+    """A reason when draining `node` for `check` would exceed the breaker's limit, else ''.
+
+    Counts the other nodes drained for the same check within the window, and those that
+    marked the same failure in their node Comment (failing now, not yet drained)."""
+    tag = f"{DRAIN_PREFIX}{check} "
+    window = config.breaker_window_s
+    same = [
+        n.name
+        for n in cluster
+        if n.name != node
+        and (
+            (
+                n.drained
+                and n.reason.startswith(tag)
+                and (n.reason_time is None or now - n.reason_time <= window)
+            )
+            or marked_failing(n, check, now, window)
+        )
+    ]
+    limit = max(config.breaker_min_nodes, config.breaker_max_share * len(cluster))
+    if len(same) + 1 > limit:
+        return (
+            f"{check} failing on {len(same) + 1} of {len(cluster)} nodes within "
+            f"{window:g}s (limit {limit:g}): suspected check or fabric fault, not draining"
+        )
+    return ""

@@ -1,0 +1,84 @@
+"""What a health run asks for this node in Slurm: drain on failure, resume what we drained.
+
+Pure: the run's report, the node's current state, the cluster's nodes and the time in, one
+NodeDecision out; the actuator carries it out. Rules (mej/nhc's): we only resume nodes whose
+reason is ours (policies.reasons), never a node an admin drained; a full run must pass for a
+resume; the circuit breaker (policies.breaker) holds back a drain that a cluster-wide
+failure asks for.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurm_triage.config import HealthConfig
+from slurm_triage.health_checks.result import CheckResult, RunReport, Severity
+from slurm_triage.policies.breaker import breaker_reason
+from slurm_triage.policies.reasons import check_drain_reason, is_ours
+from slurm_triage.slurm.model import NodeInfo
+
+
+class NodeOutcome(enum.StrEnum):
+    NONE = "none"
+    DRAIN = "drain"
+    ALREADY_DRAINED = "already_drained"
+    ADMIN_DRAINED = "admin_drained"  # drained by someone else: left as it is
+    RESUME = "resume"
+    BREAKER_OPEN = "breaker_open"
+    SLURM_ERROR = "slurm_error"
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    """The one thing to do to a node after a health run, and once carried out, whether it
+    was applied (`dry_run`: decided, recorded, and on purpose not applied)."""
+
+    outcome: NodeOutcome
+    node: str
+    reason: str = ""
+    check: str | None = None
+    detail: str = ""
+    applied: bool = False
+    dry_run: bool = False
+
+
+def drain_reason(result: CheckResult) -> str:
+    """The drain reason for a failed check: our prefix, the check, its one-line reason."""
+    return check_drain_reason(result.check, result.reason)
+
+
+def _worst(failures: Sequence[CheckResult]) -> CheckResult:
+    high = [r for r in failures if r.severity is Severity.HIGH]
+    return (high or list(failures))[0]
+
+
+def decide_node(
+    report: RunReport,
+    node: NodeInfo,
+    cluster: Sequence[NodeInfo],
+    config: HealthConfig,
+    *,
+    may_resume: bool,
+    now: float,
+) -> NodeDecision:
+    """The one thing to do to this node after a run (pure; `now` is the breaker's clock)."""
+    failures = [r for r in report.results if r.wants_drain]
+    if failures:
+        worst = _worst(failures)
+        reason = drain_reason(worst)
+        if node.drained:
+            outcome = (
+                NodeOutcome.ALREADY_DRAINED if is_ours(node.reason) else NodeOutcome.ADMIN_DRAINED
+            )
+            return NodeDecision(outcome, node.name, node.reason, worst.check)
+        tripped = breaker_reason(worst.check, node.name, cluster, config, now)
+        if tripped:
+            return NodeDecision(NodeOutcome.BREAKER_OPEN, node.name, reason, worst.check, tripped)
+        return NodeDecision(NodeOutcome.DRAIN, node.name, reason, worst.check)
+    if node.drained and is_ours(node.reason) and may_resume and report.all_passed:
+        return NodeDecision(NodeOutcome.RESUME, node.name, node.reason)
+    if node.drained and not is_ours(node.reason):
+        return NodeDecision(NodeOutcome.ADMIN_DRAINED, node.name, node.reason)
+    return NodeDecision(NodeOutcome.NONE, node.name)
