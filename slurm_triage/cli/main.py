@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "slurm_triage.cli.wrap_cmd",
     "slurm_triage.cli.devcluster_cmd",
     "slurm_triage.cli.analytics_cmd",
+    "slurm_triage.cli.replay_cmd",
 )
 
 DESCRIPTION = """\

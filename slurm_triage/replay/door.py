@@ -1,0 +1,124 @@
+"""The Slurm door onto a simulated Slurm: what the real actuators talk to in a replay or in
+the cluster twin.
+
+`actuator.carry_out` (a job end's Decision) and `actuator.carry_out_node` (a health run's
+drain or resume) act on Slurm only through a `SlurmDoor`. SimDoor passes each call on to a
+`SimSlurm`, the state a simulation keeps (the twin's cluster, replay's ledger), which
+refuses what Slurm refuses with the door's own error classes (a finished job takes no
+update, a pending one no requeue), so the actuators take the same paths as against a real
+cluster. Accounting and node-event reads are not part of a simulation: they raise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Protocol
+
+from slurm_triage.slurm.door import SlurmDoor
+from slurm_triage.slurm.errors import SlurmCommandError
+from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo
+
+SIMULATED_VERSION = "25.11.0"
+
+
+class SimSlurm(Protocol):
+    """The state behind a SimDoor. Each method raises what the door's backends raise
+    (InvalidJobState, NotRequeueable, NodeNotFound, ...) where Slurm would refuse."""
+
+    def job_info(self, job_id: int) -> JobInfo: ...
+
+    def node_info(self, name: str) -> NodeInfo: ...
+
+    def requeue(self, job_id: int, hold: bool) -> None: ...
+
+    def hold(self, job_id: int) -> None: ...
+
+    def release(self, job_id: int) -> None: ...
+
+    def cancel(self, job_id: int) -> None: ...
+
+    def exclude(self, job_id: int, nodes: tuple[str, ...], merge: bool) -> tuple[str, ...]: ...
+
+    def begin_after(self, job_id: int, delay_s: float) -> None: ...
+
+    def drain(self, node: str, reason: str) -> None: ...
+
+    def resume(self, node: str) -> None: ...
+
+
+class SimDoor(SlurmDoor):
+    """A SlurmDoor whose every operation lands in a SimSlurm; `calls` counts them by name."""
+
+    name = "simulated"
+
+    def __init__(self, slurm: SimSlurm) -> None:
+        self.slurm = slurm
+        self.calls: Counter[str] = Counter()
+
+    def job(self, job_id: int) -> JobInfo:
+        self.calls["job"] += 1
+        return self.slurm.job_info(job_id)
+
+    def accounted_job(self, job_id: int) -> JobInfo:
+        self.calls["accounted_job"] += 1
+        return self.slurm.job_info(job_id)
+
+    def nodes(self, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
+        self.calls["nodes"] += 1
+        if names is None:
+            raise SlurmCommandError("a simulated Slurm lists nodes by name only")
+        return tuple(self.slurm.node_info(n) for n in dict.fromkeys(names))
+
+    def node_events(self, since: datetime, until: datetime | None = None) -> NodeEventLog:
+        raise SlurmCommandError("a simulated Slurm keeps no accounting of node events")
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        self.calls["requeue"] += 1
+        self.slurm.requeue(job_id, hold)
+
+    def hold(self, job_id: int) -> None:
+        self.calls["hold"] += 1
+        self.slurm.hold(job_id)
+
+    def release(self, job_id: int) -> None:
+        self.calls["release"] += 1
+        self.slurm.release(job_id)
+
+    def cancel(self, job_id: int) -> None:
+        self.calls["cancel"] += 1
+        self.slurm.cancel(job_id)
+
+    def set_excluded_nodes(
+        self, job_id: int, nodes: Iterable[str], *, merge: bool = True
+    ) -> tuple[str, ...]:
+        self.calls["set_excluded_nodes"] += 1
+        return self.slurm.exclude(job_id, tuple(dict.fromkeys(nodes)), merge)
+
+    def set_begin_time(self, job_id: int, delay_s: float) -> None:
+        self.calls["set_begin_time"] += 1
+        self.slurm.begin_after(job_id, delay_s)
+
+    def set_admin_comment(self, job_id: int, text: str) -> None:
+        # Only accounting reads it, and a simulation keeps none: counted, not stored.
+        self.calls["set_admin_comment"] += 1
+
+    def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
+        self.calls["set_accounted_admin_comment"] += 1
+
+    def drain(self, node: str, reason: str) -> None:
+        self.calls["drain"] += 1
+        if not reason.strip():
+            raise SlurmCommandError("a drain needs a reason")
+        self.slurm.drain(node, reason)
+
+    def set_node_comment(self, node: str, text: str) -> None:
+        self.calls["set_node_comment"] += 1
+
+    def resume(self, node: str) -> None:
+        self.calls["resume"] += 1
+        self.slurm.resume(node)
+
+    def slurm_version(self) -> str:
+        return SIMULATED_VERSION
