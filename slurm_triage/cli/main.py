@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "slurm_triage.cli.devcluster_cmd",
     "slurm_triage.cli.analytics_cmd",
     "slurm_triage.cli.replay_cmd",
+    "slurm_triage.cli.twin_cmd",
 )
 
 DESCRIPTION = """\
