@@ -31,7 +31,7 @@ from typing import Any, overload
 
 from slurm_triage.health_checks.result import Action as CheckAction
 from slurm_triage.health_checks.result import RunReport, Severity, fail
-from slurm_triage.policies import JobView, Verdict
+from slurm_triage.policies import Decision, JobView, Verdict
 from slurm_triage.policies.nodes import NodeOutcome, decide_node
 from slurm_triage.policies.reasons import check_drain_reason
 from slurm_triage.replay.door import SimDoor
@@ -58,6 +58,7 @@ class Outcome:
     requeues: int = 0
     requeues_with_exclusion: int = 0
     requeues_history_did_not_make: int = 0
+    backoff_h: float = 0.0  # waits the backoff put before requeued jobs, summed
     jobs_held: set[int] = field(default_factory=set)
     jobs_ended_early: set[int] = field(default_factory=set)  # left ended; history requeued
     crash_loops_stopped: set[int] = field(default_factory=set)
@@ -80,6 +81,7 @@ class Outcome:
             "requeues": self.requeues,
             "requeues_with_exclusion": self.requeues_with_exclusion,
             "requeues_history_did_not_make": self.requeues_history_did_not_make,
+            "backoff_hours": self.backoff_h,
             "jobs_held": len(self.jobs_held),
             "jobs_left_ended_that_history_requeued": len(self.jobs_ended_early),
             "crash_loops_stopped": len(self.crash_loops_stopped),
@@ -224,7 +226,7 @@ def replay(history: History, setting: Setting) -> Outcome:
         ledger.begin(end, ledger.excluded(end.job_id))
         may_exclude = bool(end.blamed) and info(end.cause).action is Action.REQUEUE_EXCLUDE
         judged = judge.judge(_job_end(end, ledger, usable if may_exclude else ()), door)
-        _count(outcome, end, judged.decision.verdict, judged.decision.exclude, ledger)
+        _count(outcome, end, judged.decision, ledger)
         outcome.lemon_nodes.update(judged.lemon_drains)
         state = ledger.state(end.job_id)
         if state in (HELD, COMPLETING, ENDED) and not end.last:
@@ -266,14 +268,14 @@ def _job_end(end: HistoryEnd, ledger: Ledger, usable: tuple[str, ...]) -> JobEnd
     )
 
 
-def _count(
-    outcome: Outcome, end: HistoryEnd, verdict: Verdict, exclude: tuple[str, ...], ledger: Ledger
-) -> None:
+def _count(outcome: Outcome, end: HistoryEnd, decision: Decision, ledger: Ledger) -> None:
+    verdict = decision.verdict
     outcome.decisions += 1
     outcome.verdicts[verdict.value] = outcome.verdicts.get(verdict.value, 0) + 1
     if verdict is Verdict.REQUEUE:
         outcome.requeues += 1
-        outcome.requeues_with_exclusion += int(bool(exclude))
+        outcome.requeues_with_exclusion += int(bool(decision.exclude))
+        outcome.backoff_h += decision.begin_delay_s / 3600.0
     elif verdict is Verdict.HOLD:
         outcome.jobs_held.add(end.job_id)
     outcome.drains += len(ledger.new_drains)

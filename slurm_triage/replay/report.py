@@ -51,6 +51,7 @@ def _rows() -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
         ("  record only", verdict("record_only")),
         ("requeues with exclusion", n("requeues_with_exclusion")),
         ("requeues of jobs history left ended", n("requeues_history_did_not_make")),
+        ("backoff before requeues (hours)", lambda d: f"{d['backoff_hours']:,.1f}"),
         ("jobs held", n("jobs_held")),
         ("jobs left ended that history requeued", n("jobs_left_ended_that_history_requeued")),
         ("crash loops stopped", n("crash_loops_stopped")),

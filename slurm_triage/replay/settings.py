@@ -99,12 +99,19 @@ def _switch(name: str, key: str, value: str) -> bool:
     raise SettingError(f"variant {name}: {key} must be on or off, not {value!r}")
 
 
-def changes(policy: PolicyConfig, health: HealthConfig, *, repair: bool, prolog: bool) -> list[str]:
-    """What differs from the built-in defaults, in words, for the reports."""
+def changes(
+    policy: PolicyConfig,
+    health: HealthConfig,
+    *,
+    repair: bool,
+    prolog: bool,
+    against: tuple[PolicyConfig, HealthConfig] | None = None,
+) -> list[str]:
+    """What differs from `against` (the built-in defaults when None), in words."""
     out = []
-    default_policy, default_health = PolicyConfig(), HealthConfig()
+    default_policy, default_health = against or (PolicyConfig(), HealthConfig())
     lemons_off = all(getattr(policy, k) == v for k, v in NO_LEMONS.items())
-    if lemons_off:
+    if lemons_off and not all(getattr(default_policy, k) == v for k, v in NO_LEMONS.items()):
         out.append("lemons off")
     for key in POLICY_KEYS:
         value = getattr(policy, key)
@@ -133,10 +140,18 @@ class Setting:
     cluster_nodes: int = 0
     restart_min: float = 5.0  # u0, for the loss a failure costs
     ckpt_interval_min: float = 60.0  # dt: a failure loses half of it on average
+    # What this setting is a variant of (the config's); None for the config itself.
+    base: tuple[PolicyConfig, HealthConfig] | None = None
 
     def describe(self) -> str:
-        changed = changes(self.policy, self.health, repair=self.repair, prolog=True)
-        return "the config's [policy]" + (f" with {', '.join(changed)}" if changed else "")
+        if self.base is None:
+            changed = changes(self.policy, self.health, repair=True, prolog=True)
+            where = f" (differs from the defaults: {', '.join(changed)})" if changed else ""
+            return f"the config in force{where}"
+        changed = changes(
+            self.policy, self.health, repair=self.repair, prolog=True, against=self.base
+        )
+        return "the config" + (f" with {', '.join(changed)}" if changed else ", unchanged")
 
     def lost_per_failure_h(self, elapsed_s: int) -> float:
         """GPU-hours per GPU a failure costs (the paper's estimate): the work since the
@@ -156,5 +171,7 @@ def settings(
         v = variant(text, base, health, reserved=tuple(s.name for s in out))
         if not v.prolog:
             raise SettingError(f"variant {v.name}: prolog has no meaning in a replay")
-        out.append(Setting(v.name, v.policy, v.health, v.repair, **assumptions))  # type: ignore[arg-type]
+        out.append(
+            Setting(v.name, v.policy, v.health, v.repair, base=(base, health), **assumptions)  # type: ignore[arg-type]
+        )
     return out

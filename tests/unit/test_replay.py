@@ -82,6 +82,8 @@ def test_a_stricter_budget_holds_the_crash_loop_history_requeued_35_times():
     assert after.attempts_not_run == 30
     assert after.gpu_h_saved == pytest.approx(29 * 1024 * 1.5)
     assert after.gpu_h_at_risk == pytest.approx(1024 * 10)
+    # The default backoff: 60 s, 120 s, 240 s, 480 s before the 2nd to 5th requeues.
+    assert after.backoff_h == pytest.approx((60 + 120 + 240 + 480) / 3600)
 
 
 def test_the_default_node_failure_budget_already_holds_it_after_five():
