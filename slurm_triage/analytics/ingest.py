@@ -47,7 +47,9 @@ TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 _GPU_UNTYPED = r"gres/gpu=(\d+)"
 _GPU_TYPED = r"gres/gpu:[^=,]+=(\d+)"
 # Plain patterns with a literal prefix: the regex engine skips most text with memchr.
-_TRIAGE_CAUSE = r'"triage":\{"cause":"([A-Za-z_]+)"'
+# Two forms: the JSON object slurmctld keeps for a job we requeued or held, and the plain
+# words sacctmgr keeps for one that had ended (it lowercases and mangles quotes).
+_TRIAGE_CAUSE = r'(?:"triage":\{"cause":"|^triage: cause=)([A-Za-z_]+)'
 # `n` is looked for anywhere in the comment: scoping it to the triage object costs a
 # backtracking scan per row, and n only counts on a row whose triage cause was found.
 _TRIAGE_N = r'"n":(\d+)[,}]'

@@ -255,3 +255,14 @@ def test_a_node_fault_only_the_user_claimed_is_unknown_in_analytics(tmp_path: Pa
         journal_attributions(tmp_path / "journal.sqlite").select("job_raw", "cause").rows()
     )
     assert causes == {1: "unknown", 2: "gpu_unavailable", 3: "nccl_timeout", 4: "user_code"}
+
+
+def test_the_plain_form_of_an_ended_jobs_comment_gives_its_cause(tmp_path: Path) -> None:
+    """An ended job's AdminComment is written with sacctmgr as plain words (issue 17.3):
+    `triage: cause=user_code ...` gives the cause as the JSON form does; a FAILED row
+    would otherwise count as an unexplained failure."""
+    line = (
+        "8|8|FAILED|1:0|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T01:00:00|3600|1|"
+        "gres/gpu=8|n1|p|u|triage: cause=user_code action=record_only nodes=n1 n=0\n"
+    )
+    assert _read(tmp_path, line)["cause"].to_list() == ["user_code"]
