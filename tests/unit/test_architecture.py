@@ -103,7 +103,7 @@ class Recording(SlurmDoor):
         self.inner_door.requeue(job_id)
 """
     assert mutating_calls(ast.parse(source)) == [
-        'line 3: door.drain',
+        "line 3: door.drain",
         "line 7: d.resume",
         "line 8: self.door.requeue",
     ]
