@@ -9,6 +9,7 @@ command failing is exit 3.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ Re-run a site's history (sacct, Slurm's node events, our decisions journal) thro
 policy settings with slurm-triage's own policy chain and actuator, and report what would
 have changed: requeues, jobs held, crash loops stopped, nodes drained, lemons, failures
 avoided on nodes already drained, GPU-hours saved or put at risk, health-check drains the
-circuit breaker would block. The first column is the config in force ([policy] and the
-[health] breaker of --config); each --try changes it.
+circuit breaker would block. The first column is the config in force ([policy] as if
+act = true, and the [health] breaker of --config); each --try changes it.
 
 A --try is NAME=KEY=VALUE[,KEY=VALUE...]: KEY is a [policy] key (max_requeues,
 max_node_failure_requeues, max_preemption_requeues, max_unknown_requeues, backoff_base_s,
@@ -107,7 +108,9 @@ def _replay(args: argparse.Namespace, context: Any) -> int:
         "ckpt_interval_min": float(number(args.ckpt_interval_min, "--ckpt-interval-min")),
         "restart_min": float(number(args.restart_min, "--restart-min", strict=False)),
     }
-    tried = settings(config.policy, config.health, args.tries, **assumptions)
+    # The settings as they would act (act = true): replay is how a site chooses them.
+    acting = dataclasses.replace(config.policy, act=True)
+    tried = settings(acting, config.health, args.tries, **assumptions)
     accounting = _accounting(args, context)
     events = _events(args, context)
     journal = _journal(args, context)

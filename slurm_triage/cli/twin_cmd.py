@@ -23,8 +23,8 @@ requeued jobs, per-node faults with lemon nodes, attribution with its errors, he
 checks, repair. It runs the same cluster, jobs and faults under each policy set:
 `none` (users resubmit failed jobs), `native` (Slurm's --requeue after NODE_FAIL, no
 exclusion) and `triage` (the decisions of slurm-triage's own policy and actuator code,
-through a simulated Slurm door, with the [policy] of the config in force), and prints ETTR
-by job size, goodput, drains, false drains and more per set.
+through a simulated Slurm door, with the [policy] of the config in force as if act = true),
+and prints ETTR by job size, goodput, drains, false drains and more per set.
 
 examples:
   slurm-triage twin --nodes 2000 --days 30 --policies none,native,triage --json
@@ -150,7 +150,10 @@ def _twin(args: argparse.Namespace, context: Any) -> int:
         return 0 if checked.passed() else 1
     scenario = Scenario(**values)
     config = context.config()
-    sets = policysets.parse(args.policies, args.variant, config.policy, config.health)
+    # What the site would run with act = true: the twin is how it chooses those settings
+    # (a variant may still say act=false).
+    acting = dataclasses.replace(config.policy, act=True)
+    sets = policysets.parse(args.policies, args.variant, acting, config.health)
     comparison = run.compare(scenario, sets, workers)
     if args.out is not None:
         try:

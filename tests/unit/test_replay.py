@@ -216,7 +216,8 @@ def test_cli_replay_prints_each_setting(tmp_path, capsys):
     sacct = tmp_path / "sacct.txt"
     sacct.write_text(crash_loop_text())
     config = tmp_path / "config.toml"
-    config.write_text("[policy]\nmax_requeues = 100\nmax_node_failure_requeues = 50\n")
+    # act = false, as a site starts: replay judges the settings as they would act.
+    config.write_text("[policy]\nact = false\nmax_requeues = 100\nmax_node_failure_requeues = 50\n")
     argv = ["--config", str(config), "replay", "--sacct", str(sacct), "--no-journal"]
     status = main([*argv, "--try", "strict=max_node_failure_requeues=5", "--json"])
     assert status == 0

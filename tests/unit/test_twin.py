@@ -131,6 +131,15 @@ def test_policy_sets_compare_on_the_same_faults():
     assert comparison.fault_events > 0
 
 
+def test_worker_processes_give_the_same_figures():
+    """--workers runs the sets in processes that draw the same jobs and faults."""
+    scenario = Scenario(nodes=200, days=2, seed=5, warmup_days=0.5)
+    sets = policysets.parse("none,triage", [])
+    alone = run.compare(scenario, sets).results
+    parallel = run.compare(scenario, sets, workers=2).results
+    assert [r.figures for r in alone] == [r.figures for r in parallel]
+
+
 def test_the_same_seed_gives_the_same_figures():
     scenario = Scenario(nodes=200, days=3, seed=7, warmup_days=0.5)
     first = _figures(scenario, "triage")
@@ -183,6 +192,16 @@ def test_cli_twin_prints_ettr_by_size_per_policy_set_as_json(capsys):
     assert [p["policy"] for p in data["policies"]] == ["none", "native", "triage"]
     for policy in data["policies"]:
         assert policy["buckets"] and all("ettr" in b for b in policy["buckets"])
+
+
+def test_cli_twin_judges_the_config_as_if_it_acted(tmp_path, capsys):
+    """A site starting with act = false still sees what its settings would do."""
+    config = tmp_path / "config.toml"
+    config.write_text("[policy]\nact = false\n")
+    argv = ["--config", str(config), "twin", "--nodes", "200", "--days", "3"]
+    assert main([*argv, "--policies", "triage", "--json"]) == 0
+    (triage,) = json.loads(capsys.readouterr().out)["policies"]
+    assert triage["requeues"]["ours"] > 0
 
 
 def test_cli_twin_writes_the_report(tmp_path, capsys):
