@@ -88,8 +88,8 @@ def main() -> None:
         f"  | python -c pass: {floor * 1000:.0f} ms (max {floor_max * 1000:.0f})"
         f"  | ratio {wall / floor:.1f}x"
     )
-    total, heavy = _import_ms("slurm_triage.health_checks.service")
-    print(f"import slurm_triage.health_checks.service: {total:.0f} ms cumulative")
+    total, heavy = _import_ms("slurm_triage.prolog_epilog.prolog")
+    print(f"import slurm_triage.prolog_epilog.prolog: {total:.0f} ms cumulative")
     for micros, name in heavy:
         print(f"  {micros / 1000:7.1f} ms  {name}")
 

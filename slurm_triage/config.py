@@ -430,6 +430,11 @@ def deprecations(config: Config) -> tuple[str, ...]:
     return tuple(found)
 
 
+def node_path(path: str, node: str) -> str:
+    """A configured path for one node: `{node}` replaced by its Slurm name (HealthConfig)."""
+    return path.replace("{node}", node)
+
+
 def config_path(env: Mapping[str, str] | None = None) -> tuple[Path, bool]:
     """The file to read, and whether it was named explicitly (so must exist)."""
     named = (os.environ if env is None else env).get(CONFIG_ENV, "").strip()

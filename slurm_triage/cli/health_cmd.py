@@ -52,8 +52,11 @@ def register(sub: Any) -> None:
 
 
 def _check(args: argparse.Namespace, context: Any) -> int:
-    from slurm_triage.health_checks import registry, service
+    from slurm_triage.health_checks import registry
+    from slurm_triage.health_checks.runner import run_checks
     from slurm_triage.policies.nodes import NodeOutcome
+    from slurm_triage.prolog_epilog.healthcheck import record
+    from slurm_triage.prolog_epilog.node_action import act
     from slurm_triage.slurm import SlurmError
 
     if args.list:
@@ -64,7 +67,7 @@ def _check(args: argparse.Namespace, context: Any) -> int:
         return 0
     config = context.config()
     try:
-        report = service.run_checks(
+        report = run_checks(
             config,
             mode="cli",
             only=args.only,
@@ -75,10 +78,8 @@ def _check(args: argparse.Namespace, context: Any) -> int:
     except registry.UnknownCheck as exc:
         raise TriageError(str(exc)) from None
     if not args.dry_run:  # a dry run changes nothing, on this host either
-        service.record(config, report)
-    decision = service.act(
-        config, report, may_resume=args.all and not args.only, dry_run=args.dry_run
-    )
+        record(config, report)
+    decision = act(config, report, may_resume=args.all and not args.only, dry_run=args.dry_run)
     if args.json:
         print(
             json.dumps(

@@ -1,7 +1,8 @@
 """Evidence: typed, frozen facts about how a job ended, and the JSON record that carries them.
 
 Facts live in `facts`, the versioned record format and its strict parser in `record`.
-Standard library only: the wrapper and the epilog import this on every job.
+Standard library only: the wrapper and the epilog import this on every job. `store` (not
+imported here) reads and writes records on disk without trusting the job that wrote them.
 """
 
 from slurm_triage.evidence.facts import (

@@ -18,15 +18,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from slurm_triage.config import Config, HealthConfig
+from slurm_triage.config import Config, HealthConfig, node_path
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
 from slurm_triage.gpu_ids import JobScope
-from slurm_triage.health_checks import aer, app_xids, gpu, infiniband, kernel_log, mounts
+from slurm_triage.health_checks import aer, app_xids, gpu, infiniband, kernel_log, mounts, registry
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.registry import CheckSpec
 from slurm_triage.health_checks.result import CheckResult, RunReport, Severity, Status, unknown
 from slurm_triage.logs import get_logger
+from slurm_triage.nvml import nvml_module, read_pci_gpus
 
 
 class FactError(Exception):
@@ -35,39 +36,6 @@ class FactError(Exception):
 
 def node_name(explicit: str | None = None) -> str:
     return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
-def expand(path: str, node: str) -> str:
-    return path.replace("{node}", node)
-
-
-def nvml_module(config: HealthConfig, node: str) -> Any:
-    """The real pynvml, or the simulated estate's stand-in for this node (and this process's
-    simulated device cgroup, $SLURM_TRIAGE_SIMULATE_CGROUP_GPUS: the /dev/nvidiaN minor
-    numbers it allows, as Slurm's ConstrainDevices would)."""
-    if config.nvml == "simulated":
-        from slurm_triage.simulate.estate import NodeEstate, cgroup_minors
-        from slurm_triage.simulate.fake_pynvml import FakeNvml
-
-        estate = NodeEstate(Path(expand(config.simulate_root, node)), node)
-        return FakeNvml(estate.nvml_state, allowed_minors=cgroup_minors(os.environ))
-    import pynvml
-
-    return pynvml
-
-
-def read_pci_gpus(sysfs_root: str) -> tuple[str, ...]:
-    """Bus ids (dddd:bb:dd.f) of NVIDIA display/3D controllers on the PCI bus, sorted."""
-    found = []
-    for dev in sorted(Path(sysfs_root, "bus/pci/devices").glob("*")):
-        try:
-            vendor = (dev / "vendor").read_text().strip()
-            klass = (dev / "class").read_text().strip()
-        except OSError:
-            continue
-        if vendor == "0x10de" and klass[:6] in ("0x0302", "0x0300"):
-            found.append(dev.name)
-    return tuple(found)
 
 
 class FactSources:
@@ -79,18 +47,18 @@ class FactSources:
         c = config
         self._readers: dict[str, Callable[[], Any]] = {
             "nvml": lambda: read_nvml(nvml_module(c, node)),
-            "pci": lambda: read_pci_gpus(expand(c.sysfs_root, node)),
-            "kernel": lambda: kernel_log.read_kernel_events(expand(c.kernel_log, node), node),
-            "ib": lambda: infiniband.read_ports(expand(c.sysfs_root, node), c.ib_ports),
+            "pci": lambda: read_pci_gpus(node_path(c.sysfs_root, node)),
+            "kernel": lambda: kernel_log.read_kernel_events(node_path(c.kernel_log, node), node),
+            "ib": lambda: infiniband.read_ports(node_path(c.sysfs_root, node), c.ib_ports),
             "mounts": lambda: mounts.probe_mounts(
-                [expand(m, node) for m in c.mounts],
+                [node_path(m, node) for m in c.mounts],
                 # Paths are bytes to the kernel: any that are not UTF-8 keep their escapes.
-                Path(expand(c.mountinfo, node)).read_bytes().decode("utf-8", "surrogateescape"),
+                Path(node_path(c.mountinfo, node)).read_bytes().decode("utf-8", "surrogateescape"),
                 c.mount_timeout_s,
             ),
-            "host": lambda: read_host(expand(c.scratch_path, node)),
+            "host": lambda: read_host(node_path(c.scratch_path, node)),
             "aer": lambda: aer.read_aer(
-                expand(c.sysfs_root, node), read_pci_gpus(expand(c.sysfs_root, node))
+                node_path(c.sysfs_root, node), read_pci_gpus(node_path(c.sysfs_root, node))
             ),
         }
 
@@ -254,3 +222,29 @@ class Run:
         except OSError as exc:
             # Without a state dir "rising" is judged against nothing next time; never fatal.
             get_logger().warning("health_counters_unsaved", path=str(path), error=str(exc))
+
+
+def run_checks(
+    config: Config,
+    *,
+    mode: str,
+    only: list[str] | None = None,
+    everything: bool = False,
+    node: str | None = None,
+    job: JobScope | None = None,
+    save_state: bool = True,
+) -> RunReport:
+    """Run the checks a mode selects (registry.select): the Prolog's fast set under its
+    deadline, stopping at the first hard failure; every check for the others."""
+    specs = registry.select(only, everything)
+    prolog = mode == "prolog"
+    return Run(
+        config,
+        specs,
+        mode=mode,
+        node=node_name(node),
+        stop_on_hard_failure=prolog,
+        deadline_s=config.health.prolog_deadline_s if prolog else None,
+        job=job,
+        save_state=save_state,
+    ).execute()

@@ -26,6 +26,7 @@ from slurm_triage.evidence import (
     Source,
     fact_to_dict,
     parse_job_state,
+    store,
 )
 from slurm_triage.journal import Journal, JournalError, NodeEvent
 from slurm_triage.logs import get_logger
@@ -34,7 +35,6 @@ from slurm_triage.policies import Decision, JobView, PastDecision, PolicyInput, 
 from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.policies.reasons import job_drain_reason
-from slurm_triage.prolog_epilog import safe_files
 from slurm_triage.prolog_epilog.detach import detach
 from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_door
 from slurm_triage.taxonomy import Action, Domain, info, parse_cause
@@ -160,7 +160,7 @@ def wait_for_root_records(config: Config, ending: Ending) -> tuple[str, ...]:
         missing = [
             n
             for n in missing
-            if not safe_files.root_record_present(
+            if not store.root_record_present(
                 config.paths.evidence_dir, ending.job_id, n, ending.started_at
             )
         ]
@@ -182,9 +182,9 @@ def output_facts(job: JobInfo, uid: int, deadline: float = float("inf")) -> list
     facts: list[Fact] = []
     for path in dict.fromkeys(p for p in (job.std_out, job.std_err) if p.startswith("/")):
         try:
-            left = min(safe_files.OUTPUT_READ_TIMEOUT_S, deadline - time.monotonic())
-            data = safe_files.read_user_tail(path, uid, OUTPUT_TAIL_BYTES, timeout_s=max(0.1, left))
-        except safe_files.UnsafeEvidence as exc:
+            left = min(store.OUTPUT_READ_TIMEOUT_S, deadline - time.monotonic())
+            data = store.read_user_tail(path, uid, OUTPUT_TAIL_BYTES, timeout_s=max(0.1, left))
+        except store.UnsafeEvidence as exc:
             get_logger(job_id=job.job_id).info("job_output_unread", detail=str(exc))
             continue
         lines = decode_tail(data, whole_file=len(data) < OUTPUT_TAIL_BYTES)
@@ -223,16 +223,16 @@ def gather(
         ),
     ]
     since = ending.started_at
-    roots = safe_files.read_root_records(
+    roots = store.read_root_records(
         config.paths.evidence_dir, ending.job_id, ending.nodes, newer_than=since
     )
-    users = safe_files.read_user_records(
+    users = store.read_user_records(
         config.paths.evidence_dir,
         ending.job_id,
         ending.uid,
         nodes=ending.nodes,
         newer_than=since,
-        budget=safe_files.RecordBudget(deadline=deadline),
+        budget=store.RecordBudget(deadline=deadline),
     )
     notes: list[str] = []
     kept_users = users.records

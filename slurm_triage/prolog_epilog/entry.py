@@ -3,10 +3,10 @@
 slurm.conf takes a program without arguments, so each role has its own executable. Slurm
 drains a node when a Prolog or Epilog exits non-zero, so our own trouble (a bad config, a
 crash) is logged and turned into exit 0 here; only a real verdict may exit non-zero.
-The prolog runs the fast health screen and the health check the full one
-(slurm_triage.health_checks.service); the epilog collects root-side evidence
-(prolog_epilog.epilog) and EpilogSlurmctld makes the once-per-job decision
-(prolog_epilog.decide).
+The prolog runs the fast health screen (prolog_epilog.prolog) and the health check the
+full one (prolog_epilog.healthcheck), both acting on the node through node_action; the
+epilog collects root-side evidence (prolog_epilog.epilog) and EpilogSlurmctld makes the
+once-per-job decision (prolog_epilog.decide).
 """
 
 from __future__ import annotations
@@ -54,15 +54,15 @@ def _run_role(role: str, body: Callable[[Config], int]) -> int:
 
 
 def _prolog(config: Config) -> int:
-    from slurm_triage.health_checks import service
+    from slurm_triage.prolog_epilog.prolog import prolog
 
-    return service.prolog(config)
+    return prolog(config)
 
 
 def _healthcheck(config: Config) -> int:
-    from slurm_triage.health_checks import service
+    from slurm_triage.prolog_epilog.healthcheck import periodic
 
-    service.periodic(config)
+    periodic(config)
     return 0  # slurmd only logs HealthCheckProgram's status; the drain is our own call
 
 

@@ -17,62 +17,25 @@ import time
 from dataclasses import dataclass
 
 from slurm_triage.attribution import attribute, job_window
-from slurm_triage.config import Config
+from slurm_triage.config import Config, node_path
 from slurm_triage.evidence import (
-    CheckStatus,
     EvidenceRecord,
     Fact,
-    HealthCheck,
     KernelEvent,
     NvmlCondition,
     NvmlFact,
     Source,
     record_to_json,
 )
+from slurm_triage.evidence.store import write_root_record
 from slurm_triage.health_checks import app_xids, registry
 from slurm_triage.health_checks.kernel_log import read_kernel_events
-from slurm_triage.health_checks.result import CheckResult, Status
-from slurm_triage.health_checks.runner import FactError, FactSources, Run, expand
+from slurm_triage.health_checks.result import Status
+from slurm_triage.health_checks.runner import FactError, FactSources, Run
 from slurm_triage.logs import get_logger
 from slurm_triage.observe import hooks as observe
 from slurm_triage.policies.rules import drains_blamed_nodes
-from slurm_triage.prolog_epilog.safe_files import write_root_record
 from slurm_triage.taxonomy import Cause
-
-# Subsystems a failed job makes suspect: checked on every failed job's nodes.
-POST_JOB_CHECKS = (
-    "gpu.count",
-    "gpu.lost",
-    "gpu.ecc",
-    "gpu.row_remap",
-    "gpu.nvlink",
-    "ib.ports",
-    "pcie.aer",
-    "fs.mounts",
-)
-CHECK_CAUSE = {
-    "gpu.count": Cause.GPU_UNAVAILABLE,
-    "gpu.lost": Cause.GPU_UNAVAILABLE,
-    "gpu.xid": None,
-    "gpu.ecc": Cause.GPU_MEMORY,
-    "gpu.row_remap": Cause.GPU_MEMORY,
-    "gpu.nvlink": Cause.GPU_NVLINK,
-    "gpu.pcie": Cause.PCIE,
-    "pcie.aer": Cause.PCIE,
-    "gpu.thermal": Cause.THERMAL,
-    "ib.ports": Cause.INFINIBAND,
-    "fs.mounts": Cause.FILESYSTEM,
-    "host.memory": Cause.HOST_HARDWARE,
-    "host.disk": None,
-    "gpu.processes": None,
-}
-_STATUS = {
-    Status.OK: CheckStatus.OK,
-    Status.WARN: CheckStatus.WARN,
-    Status.FAIL: CheckStatus.FAIL,
-    Status.UNKNOWN: CheckStatus.UNKNOWN,
-    Status.SKIPPED: CheckStatus.SKIPPED,
-}
 
 
 @dataclass(frozen=True)
@@ -99,19 +62,6 @@ class JobEnd:
             restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0),
             started=float(start) if start.isdigit() and int(start) > 0 else None,
         )
-
-
-def health_fact(result: CheckResult, node: str, when: float) -> HealthCheck:
-    cause = CHECK_CAUSE.get(result.check) if result.failed else None
-    return HealthCheck(
-        node=node,
-        time=when,
-        source=Source.ROOT,
-        check=result.check,
-        status=_STATUS[result.status],
-        reason=result.reason,
-        cause=cause,
-    )
 
 
 def nvml_facts(config: Config, node: str, now: float) -> list[Fact]:
@@ -172,7 +122,7 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
     log = get_logger(job_id=end.job_id, node=end.node)
     events: list[KernelEvent] = []
     try:
-        events = read_kernel_events(expand(config.health.kernel_log, end.node), end.node)
+        events = read_kernel_events(node_path(config.health.kernel_log, end.node), end.node)
         # An undated line could be from any day: it is no evidence for this job's window.
         facts += [e for e in events if e.time is not None and window.contains(e.time)]
     except Exception as exc:  # a missing or unreadable kernel log is not fatal here
@@ -184,7 +134,7 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
     if config.health.expected_gpus:
         facts += nvml_facts(config, end.node, now)
     if end.failed:
-        specs = registry.select(list(POST_JOB_CHECKS), everything=False)
+        specs = registry.select(list(registry.POST_JOB_SET), everything=False)
         report = Run(
             config,
             specs,
@@ -193,7 +143,9 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
             deadline_s=config.decision.epilog_deadline_s / 2,
         ).execute()
         facts += [
-            health_fact(r, end.node, now) for r in report.results if r.status is not Status.SKIPPED
+            registry.health_fact(r, end.node, now)
+            for r in report.results
+            if r.status is not Status.SKIPPED
         ]
     return EvidenceRecord(
         job_id=str(end.job_id),

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from slurm_triage.config import Config, HealthConfig, PathsConfig, WrapperConfig
+from slurm_triage.config import Config, HealthConfig, PathsConfig, WrapperConfig, node_path
 from slurm_triage.evidence import NvmlCondition, NvmlFact, Source, Stall
 from slurm_triage.logs import get_logger
 from slurm_triage.wrapper.errorfile import ErrorFileError, ErrorReport, read_error_file
@@ -296,10 +296,10 @@ def _start_nvml(
     try:
         # Imported here, in the main thread: imports racing between threads can meet a
         # partially initialised module when packages import each other.
-        from slurm_triage.health_checks.runner import expand, nvml_module, read_pci_gpus
+        from slurm_triage.nvml import nvml_module, read_pci_gpus
 
         nvml = nvml_module(options.health, identity.node)
-        sysfs = expand(options.health.sysfs_root, identity.node)
+        sysfs = node_path(options.health.sysfs_root, identity.node)
     except Exception as exc:
         get_logger(component="wrapper.nvml").warning("nvml_unavailable", error=_describe(exc))
         return None

@@ -24,9 +24,9 @@ from slurm_triage.evidence import (
     RootException,
     Source,
     record_to_json,
+    store,
 )
 from slurm_triage.journal import DecisionRow, Journal
-from slurm_triage.prolog_epilog import safe_files
 from slurm_triage.prolog_epilog.decide import Ending, Outcome, decide, decide_from_env
 from slurm_triage.slurm import JobState, SlurmUnavailable
 from slurm_triage.taxonomy import Cause
@@ -65,7 +65,7 @@ class Cluster:
     def root_record(self, node: str, *facts: Fact) -> None:
         """What the node's epilog writes: `_root/<job>/<node>.json`, owned by root."""
         record = EvidenceRecord(str(JOB), node, "epilog", Source.ROOT, facts)
-        safe_files.write_root_record(str(self.evidence), JOB, node, record_to_json(record))
+        store.write_root_record(str(self.evidence), JOB, node, record_to_json(record))
 
     def user_record(self, node: str, *facts: Fact, claim: Source = Source.USER) -> None:
         """What the wrapper writes as the job's user: `<job>/<node>.<step>.json`."""

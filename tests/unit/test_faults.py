@@ -18,12 +18,11 @@ import pynvml
 import pytest
 
 from slurm_triage.config import Config, DecisionConfig, HealthConfig, PathsConfig, SlurmConfig
-from slurm_triage.evidence import EvidenceRecord, Source, record_to_json
+from slurm_triage.evidence import EvidenceRecord, Source, record_to_json, store
 from slurm_triage.health_checks import gpu
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.result import Status
 from slurm_triage.journal import Journal, JournalError
-from slurm_triage.prolog_epilog import safe_files
 from slurm_triage.prolog_epilog.decide import decide_from_env
 from slurm_triage.simulate.estate import NodeEstate, inject
 from slurm_triage.simulate.fake_pynvml import FakeNvml
@@ -155,7 +154,7 @@ def test_full_disk_under_evidence_leaves_no_partial_record(full_disk: Path) -> N
         EvidenceRecord(job_id="5", node="n1", step="epilog", collected_by=Source.ROOT, facts=())
     )
     with pytest.raises(OSError):
-        safe_files.write_root_record(str(full_disk), 5, "n1", big + b" " * (256 << 10))
+        store.write_root_record(str(full_disk), 5, "n1", big + b" " * (256 << 10))
     leftovers = (
         list((full_disk / "_root" / "5").iterdir()) if (full_disk / "_root" / "5").exists() else []
     )

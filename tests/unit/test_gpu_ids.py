@@ -16,7 +16,7 @@ from slurm_triage.gpu_ids import (
     job_devices,
     slurm_gpu_ids,
 )
-from slurm_triage.health_checks.runner import read_pci_gpus
+from slurm_triage.nvml import read_pci_gpus
 from slurm_triage.simulate.estate import BUS_IDS, CGROUP_ENV, NodeEstate, inject
 from slurm_triage.simulate.fake_pynvml import FakeNvml
 from slurm_triage.wrapper.nvml_watch import NvmlWatcher

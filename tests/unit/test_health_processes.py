@@ -9,9 +9,10 @@ import pytest
 
 from slurm_triage.config import Config
 from slurm_triage.gpu_ids import JobScope, job_scope
-from slurm_triage.health_checks import registry, service
+from slurm_triage.health_checks import registry
 from slurm_triage.health_checks.result import CheckResult, Status
 from slurm_triage.health_checks.runner import Run
+from slurm_triage.prolog_epilog import prolog
 from slurm_triage.simulate.estate import NodeEstate
 from tests.unit.test_health_runner import sim_config
 
@@ -90,8 +91,8 @@ def test_prolog_reads_the_jobs_gpus_from_its_environment(
     def act(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the Prolog wanted to drain a healthy shared node")
 
-    monkeypatch.setattr(service, "act", act)
+    monkeypatch.setattr(prolog, "act", act)
     monkeypatch.setenv("SLURMD_NODENAME", "node2")
     monkeypatch.setenv("SLURM_JOB_GPUS", "4,5,6,7")
     only = replace(config, health=replace(config.health, mounts=()))
-    assert service.prolog(only) == 0
+    assert prolog.prolog(only) == 0

@@ -24,9 +24,9 @@ from slurm_triage.evidence import (
     RootException,
     Source,
     record_to_json,
+    store,
 )
 from slurm_triage.policies import Decision, Verdict
-from slurm_triage.prolog_epilog import safe_files
 from slurm_triage.prolog_epilog.decide import on_job_nodes
 from slurm_triage.taxonomy import Cause
 from tests.unit.conftest import JOB_USER
@@ -103,20 +103,20 @@ def _record(job_dir: Path, node: str, task: int, facts: int) -> None:
 def test_user_records_stop_at_the_per_node_budget(job_dir: Path) -> None:
     for task in range(10):
         _record(job_dir, "node1", task, 1)
-    budget = safe_files.RecordBudget(max_records_per_node=4)
-    result = safe_files.read_user_records(str(job_dir.parent), 77, USER, budget=budget)
+    budget = store.RecordBudget(max_records_per_node=4)
+    result = store.read_user_records(str(job_dir.parent), 77, USER, budget=budget)
     assert len(result.records) == 4 and "node node1" in result.over_budget
 
 
 def test_user_records_stop_at_the_fact_budget_and_the_deadline(job_dir: Path) -> None:
     for task in range(5):
         _record(job_dir, "node1", task, 900)
-    by_facts = safe_files.read_user_records(
-        str(job_dir.parent), 77, USER, budget=safe_files.RecordBudget(max_facts=1000)
+    by_facts = store.read_user_records(
+        str(job_dir.parent), 77, USER, budget=store.RecordBudget(max_facts=1000)
     )
     assert len(by_facts.records) == 2 and "facts" in by_facts.over_budget
-    late = safe_files.RecordBudget(deadline=time.monotonic() - 1)
-    by_time = safe_files.read_user_records(str(job_dir.parent), 77, USER, budget=late)
+    late = store.RecordBudget(deadline=time.monotonic() - 1)
+    by_time = store.read_user_records(str(job_dir.parent), 77, USER, budget=late)
     assert by_time.records == () and "deadline" in by_time.over_budget
 
 

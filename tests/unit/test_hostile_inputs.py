@@ -19,9 +19,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from slurm_triage.config import Config, PathsConfig
-from slurm_triage.health_checks import service
+from slurm_triage.evidence import store
 from slurm_triage.health_checks.runner import RunReport
-from slurm_triage.prolog_epilog import safe_files
+from slurm_triage.prolog_epilog import prolog
 from slurm_triage.slurm.errors import SlurmOutputError
 from slurm_triage.slurm.model import JobState
 from slurm_triage.slurm.parse import parse_scontrol_job
@@ -50,8 +50,8 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _refused(path: Path, uid: int, match: str, opened: list[str]) -> None:
-    with pytest.raises(safe_files.UnsafeEvidence, match=match):
-        safe_files.read_user_tail(str(path), uid, 100)
+    with pytest.raises(store.UnsafeEvidence, match=match):
+        store.read_user_tail(str(path), uid, 100)
     assert not [c for c in opened if os.path.basename(c) == path.name], opened
 
 
@@ -95,7 +95,7 @@ def test_users_symlink_inside_the_path_is_not_followed(tmp_path: Path, opened: l
     _owned(tmp_path / "users-link")
     _refused(tmp_path / "users-link" / "slurm.out", USER, "symlink of uid 4242", opened)
     (tmp_path / "site-link").symlink_to(real)
-    tail = safe_files.read_user_tail(str(tmp_path / "site-link" / "slurm.out"), USER, 50)
+    tail = store.read_user_tail(str(tmp_path / "site-link" / "slurm.out"), USER, 50)
     assert tail.endswith(b"KeyError: 'lr'\n")
 
 
@@ -114,8 +114,8 @@ def test_hung_stat_returns_unreadable_within_the_deadline(
 
     monkeypatch.setattr(os, "stat", stat_on_dead_nfs)
     started = time.monotonic()
-    with pytest.raises(safe_files.UnsafeEvidence, match="unreadable"):
-        safe_files.read_user_tail(str(hung / "slurm.out"), USER, 100, timeout_s=0.3)
+    with pytest.raises(store.UnsafeEvidence, match="unreadable"):
+        store.read_user_tail(str(hung / "slurm.out"), USER, 100, timeout_s=0.3)
     assert time.monotonic() - started < 2
 
 
@@ -145,7 +145,7 @@ def test_squatted_job_dir_is_replaced_by_one_of_the_job_user(tmp_path: Path, kin
     before = os.stat(etc)
     _squat(evidence, kind, etc)
     with capture_logs() as logs:
-        moved = safe_files.prepare_job_dir(str(evidence), 77, USER, USER)
+        moved = store.prepare_job_dir(str(evidence), 77, USER, USER)
     st = os.lstat(evidence / "77")
     assert stat.S_ISDIR(st.st_mode) and st.st_uid == USER and stat.S_IMODE(st.st_mode) == 0o755
     assert moved is not None and moved.startswith(".squatted.77.")
@@ -162,9 +162,9 @@ def test_job_users_own_dir_is_kept_and_a_missing_one_created(tmp_path: Path) -> 
     (tmp_path / "77").mkdir()
     (tmp_path / "77" / "node2.0.json").write_bytes(b"{}")
     _owned(tmp_path / "77")
-    assert safe_files.prepare_job_dir(str(tmp_path), 77, USER, USER) is None
+    assert store.prepare_job_dir(str(tmp_path), 77, USER, USER) is None
     assert (tmp_path / "77" / "node2.0.json").exists()
-    assert safe_files.prepare_job_dir(str(tmp_path), 78, USER, USER) is None
+    assert store.prepare_job_dir(str(tmp_path), 78, USER, USER) is None
     assert os.stat(tmp_path / "78").st_uid == USER
 
 
@@ -179,10 +179,10 @@ def test_prolog_prepares_the_job_dir_from_its_environment(
     config = Config(paths=PathsConfig(evidence_dir=str(evidence), state_dir=str(tmp_path)))
     empty = RunReport(node="node2", mode="prolog", started=time.time(), seconds=0, results=())
     run_checks: Callable[..., RunReport] = lambda *a, **k: empty  # noqa: E731
-    monkeypatch.setattr(service, "run_checks", run_checks)
+    monkeypatch.setattr(prolog, "run_checks", run_checks)
     for var, value in (("ID", "77"), ("UID", str(USER)), ("GID", str(USER))):
         monkeypatch.setenv(f"SLURM_JOB_{var}", value)
-    assert service.prolog(config) == 0
+    assert prolog.prolog(config) == 0
     assert os.lstat(evidence / "77").st_uid == USER
 
 

@@ -12,10 +12,10 @@ import pytest
 
 from slurm_triage.actuator import carry_out_node
 from slurm_triage.config import Config, HealthConfig, PathsConfig, PolicyConfig, deprecations
-from slurm_triage.health_checks import service
 from slurm_triage.health_checks.result import Action, RunReport, Severity, fail, ok
 from slurm_triage.policies.breaker import failing_mark
 from slurm_triage.policies.nodes import NodeDecision, NodeOutcome
+from slurm_triage.prolog_epilog.node_action import act
 from slurm_triage.testing import FakeDoor, node_info
 
 NODE = "node2"
@@ -45,7 +45,7 @@ def _cluster() -> FakeDoor:
 def test_a_failed_run_drains_through_the_actuator(tmp_path: Path) -> None:
     """Acting: the failing mark, then the drain with our reason; applied, not a dry run."""
     door = _cluster()
-    done = service.act(_config(tmp_path), _failed(), may_resume=True, dry_run=False, door=door)
+    done = act(_config(tmp_path), _failed(), may_resume=True, dry_run=False, door=door)
     assert (done.outcome, done.applied, done.dry_run) == (NodeOutcome.DRAIN, True, False)
     assert [c.method for c in door.mutations()] == ["set_node_comment", "drain"]
     assert door.node(NODE).reason == "triage: gpu.lost GPU 3 lost"
@@ -67,7 +67,7 @@ def test_every_dry_run_switch_decides_and_changes_nothing(
     config = _config(tmp_path, act=switch.get("act", True))
     config = replace(config, health=replace(config.health, drain=switch.get("health_drain", True)))
     door = _cluster()
-    done = service.act(config, _failed(), may_resume=True, dry_run="cli" in switch, door=door)
+    done = act(config, _failed(), may_resume=True, dry_run="cli" in switch, door=door)
     assert door.mutations() == []
     assert (done.outcome, done.applied, done.dry_run) == (NodeOutcome.DRAIN, False, True)
     assert done.reason == "triage: gpu.lost GPU 3 lost"
@@ -77,9 +77,9 @@ def test_a_dry_run_leaves_a_failing_mark_in_place(tmp_path: Path) -> None:
     """A passing run clears this node's breaker mark from its Comment; a dry run does not."""
     marked = node_info(NODE, comment=failing_mark("gpu.lost", time.time()))
     door = FakeDoor(nodes=[marked])
-    service.act(_config(tmp_path), _passed(), may_resume=True, dry_run=True, door=door)
+    act(_config(tmp_path), _passed(), may_resume=True, dry_run=True, door=door)
     assert door.mutations() == []
-    service.act(_config(tmp_path), _passed(), may_resume=True, dry_run=False, door=door)
+    act(_config(tmp_path), _passed(), may_resume=True, dry_run=False, door=door)
     assert [c.method for c in door.mutations()] == ["set_node_comment"]
     assert door.node(NODE).comment == ""
 

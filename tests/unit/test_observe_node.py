@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
 from slurm_triage.config import Config, MetricsConfig, NotifyConfig
-from slurm_triage.health_checks import service
+from slurm_triage.health_checks.runner import run_checks
 from slurm_triage.observe import hooks
 from slurm_triage.observe.node_ledger import (
     LedgerError,
@@ -26,6 +26,8 @@ from slurm_triage.observe.node_ledger import (
 )
 from slurm_triage.observe.textfile import MetricsBusy, locked, write_atomically
 from slurm_triage.policies.nodes import NodeOutcome
+from slurm_triage.prolog_epilog.healthcheck import record
+from slurm_triage.prolog_epilog.node_action import act
 from slurm_triage.simulate.estate import NodeEstate, inject
 from slurm_triage.taxonomy import Cause
 from slurm_triage.testing import FakeDoor, node_info
@@ -61,10 +63,10 @@ def _samples(config: Config) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
 
 def _periodic(config: Config, door: FakeDoor, *, dry_run: bool = False) -> NodeOutcome:
     """What `slurm-triage-healthcheck` does, with the door given."""
-    report = service.run_checks(config, mode="cron", everything=True, node=NODE)
+    report = run_checks(config, mode="cron", everything=True, node=NODE)
     if not dry_run:
-        service.record(config, report)
-    return service.act(config, report, may_resume=True, dry_run=dry_run, door=door).outcome
+        record(config, report)
+    return act(config, report, may_resume=True, dry_run=dry_run, door=door).outcome
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from slurm_triage.config import Config
 from slurm_triage.health_checks import aer, registry
 from slurm_triage.health_checks.result import Action, Severity, Status
 from slurm_triage.health_checks.runner import Run
-from slurm_triage.prolog_epilog.epilog import CHECK_CAUSE, POST_JOB_CHECKS
 from slurm_triage.simulate.estate import NodeEstate, inject
 from slurm_triage.taxonomy import Cause
 from tests.unit.test_health_runner import sim_config
@@ -114,5 +113,6 @@ def test_no_aer_files_is_not_applicable(tmp_path: Path) -> None:
 
 def test_a_failed_job_checks_aer_and_blames_pcie() -> None:
     """The Epilog's post-job checks include pcie.aer, and its failure is the pcie cause."""
-    assert "pcie.aer" in POST_JOB_CHECKS and CHECK_CAUSE["pcie.aer"] is Cause.PCIE
+    assert "pcie.aer" in registry.POST_JOB_SET
+    assert registry.BY_NAME["pcie.aer"].cause is Cause.PCIE
     assert "pcie.aer" in registry.PROLOG_SET

@@ -16,8 +16,8 @@ from slurm_triage.evidence import (
     KernelEventKind,
     Source,
     record_to_json,
+    store,
 )
-from slurm_triage.prolog_epilog import safe_files
 from tests.unit.conftest import JOB_USER
 
 USER = JOB_USER
@@ -47,7 +47,7 @@ def _write(path: Path, data: bytes, owner: int = USER) -> Path:
 def test_valid_user_record_is_read_as_user_evidence(job_dir: Path) -> None:
     """A well-formed record of the job's user is read, every fact downgraded to USER."""
     _write(job_dir / "node2.0.json", record())
-    result = safe_files.read_user_records(str(job_dir.parent), 77, USER)
+    result = store.read_user_records(str(job_dir.parent), 77, USER)
     (rec,) = result.records
     assert rec.collected_by is Source.USER and all(f.source is Source.USER for f in rec.facts)
     assert result.rejected == ()
@@ -56,7 +56,7 @@ def test_valid_user_record_is_read_as_user_evidence(job_dir: Path) -> None:
 def test_symlink_to_shadow_is_refused(job_dir: Path) -> None:
     """A record that is a symlink (to /etc/shadow) is refused without being followed."""
     (job_dir / "node2.0.json").symlink_to("/etc/shadow")
-    result = safe_files.read_user_records(str(job_dir.parent), 77, USER)
+    result = store.read_user_records(str(job_dir.parent), 77, USER)
     assert result.records == () and "symlink" in result.rejected[0]
 
 
@@ -65,7 +65,7 @@ def test_fifo_does_not_hang(job_dir: Path) -> None:
     os.mkfifo(job_dir / "node2.0.json")
     os.chown(job_dir / "node2.0.json", USER, USER)
     started = time.monotonic()
-    result = safe_files.read_user_records(str(job_dir.parent), 77, USER)
+    result = store.read_user_records(str(job_dir.parent), 77, USER)
     assert time.monotonic() - started < 1 and "not a regular file" in result.rejected[0]
 
 
@@ -76,7 +76,7 @@ def test_oversized_record_is_not_read_past_the_cap(job_dir: Path) -> None:
         fh.truncate(1 << 30)
     os.chown(path, USER, USER)
     started = time.monotonic()
-    result = safe_files.read_user_records(str(job_dir.parent), 77, USER)
+    result = store.read_user_records(str(job_dir.parent), 77, USER)
     assert time.monotonic() - started < 1 and "cap" in result.rejected[0]
 
 
@@ -93,14 +93,14 @@ def test_records_claiming_other_jobs_or_nodes_are_ignored(
 ) -> None:
     """A record naming another job or node, or invalid JSON, is ignored with a reason."""
     _write(job_dir / name, data)
-    result = safe_files.read_user_records(str(job_dir.parent), 77, USER)
+    result = store.read_user_records(str(job_dir.parent), 77, USER)
     assert result.records == () and expect in result.rejected[0]
 
 
 def test_record_owned_by_someone_else_is_ignored(job_dir: Path) -> None:
     """A file another user planted in the job's directory is not the job's evidence."""
     _write(job_dir / "node2.0.json", record(), owner=USER + 1)
-    result = safe_files.read_user_records(str(job_dir.parent), 77, USER)
+    result = store.read_user_records(str(job_dir.parent), 77, USER)
     assert result.records == () and "owned by uid" in result.rejected[0]
 
 
@@ -110,17 +110,17 @@ def test_job_dir_owned_by_another_user_is_ignored(tmp_path: Path) -> None:
     d.mkdir()
     os.chown(d, USER + 1, USER + 1)
     _write(d / "node2.0.json", record(), owner=USER + 1)
-    result = safe_files.read_user_records(str(tmp_path), 77, USER)
+    result = store.read_user_records(str(tmp_path), 77, USER)
     assert result.records == () and "owned by uid" in result.rejected[0]
 
 
 def test_root_records_round_trip_and_stay_root(tmp_path: Path) -> None:
     """Root's record is written atomically in the root area and read back as ROOT evidence."""
-    path = safe_files.write_root_record(str(tmp_path), 77, "node2", record())
+    path = store.write_root_record(str(tmp_path), 77, "node2", record())
     assert path.endswith("_root/77/node2.json") and os.stat(path).st_uid == 0
-    (rec,) = safe_files.read_root_records(str(tmp_path), 77, ["node2", "node3"]).records
+    (rec,) = store.read_root_records(str(tmp_path), 77, ["node2", "node3"]).records
     assert rec.collected_by is Source.ROOT
-    assert safe_files.root_record_present(str(tmp_path), 77, "node2")
+    assert store.root_record_present(str(tmp_path), 77, "node2")
     assert not [p for p in Path(path).parent.iterdir() if p.name.startswith(".")]
 
 
@@ -129,30 +129,30 @@ def test_user_squatted_root_area_is_refused(tmp_path: Path) -> None:
     area = tmp_path / "_root"
     area.mkdir()
     os.chown(area, USER, USER)
-    with pytest.raises(safe_files.UnsafeEvidence, match="owned by uid"):
-        safe_files.write_root_record(str(tmp_path), 77, "node2", record())
+    with pytest.raises(store.UnsafeEvidence, match="owned by uid"):
+        store.write_root_record(str(tmp_path), 77, "node2", record())
     (area / "77").mkdir()
     _write(area / "77" / "node2.json", record(), owner=0)
-    result = safe_files.read_root_records(str(tmp_path), 77, ["node2"])
+    result = store.read_root_records(str(tmp_path), 77, ["node2"])
     assert result.records == () and "owned by uid" in result.rejected[0]
 
 
 def test_user_record_claiming_root_in_root_area_name_is_still_user(job_dir: Path) -> None:
     """A user's record that says collected_by root is read as USER evidence all the same."""
     _write(job_dir / "node2.0.json", record(source=Source.ROOT))
-    (rec,) = safe_files.read_user_records(str(job_dir.parent), 77, USER).records
+    (rec,) = store.read_user_records(str(job_dir.parent), 77, USER).records
     assert all(f.source is Source.USER for f in rec.facts)
 
 
 def test_output_tail_is_read_safely(tmp_path: Path) -> None:
     """The job's output file is read from its tail, refusing symlinks and foreign owners."""
     out = _write(tmp_path / "slurm-77.out", b"x" * 5000 + b"\nKeyError: 'lr'\n")
-    assert safe_files.read_user_tail(str(out), USER, 100).endswith(b"KeyError: 'lr'\n")
+    assert store.read_user_tail(str(out), USER, 100).endswith(b"KeyError: 'lr'\n")
     (tmp_path / "link.out").symlink_to(out)
-    with pytest.raises(safe_files.UnsafeEvidence, match="symlink"):
-        safe_files.read_user_tail(str(tmp_path / "link.out"), USER, 100)
-    with pytest.raises(safe_files.UnsafeEvidence, match="owned by uid"):
-        safe_files.read_user_tail(str(out), USER + 1, 100)
+    with pytest.raises(store.UnsafeEvidence, match="symlink"):
+        store.read_user_tail(str(tmp_path / "link.out"), USER, 100)
+    with pytest.raises(store.UnsafeEvidence, match="owned by uid"):
+        store.read_user_tail(str(out), USER + 1, 100)
 
 
 def test_records_of_earlier_runs_and_other_nodes_are_skipped(job_dir: Path) -> None:
@@ -161,11 +161,11 @@ def test_records_of_earlier_runs_and_other_nodes_are_skipped(job_dir: Path) -> N
     old = _write(job_dir / "node2.0.json", record())
     os.utime(old, (time.time() - 600, time.time() - 600))
     _write(job_dir / "node3.0.json", record(node="node3"))
-    result = safe_files.read_user_records(
+    result = store.read_user_records(
         str(job_dir.parent), 77, USER, nodes=("node1", "node2"), newer_than=time.time() - 60
     )
     assert result.records == () and result.rejected == ()
-    assert len(safe_files.read_user_records(str(job_dir.parent), 77, USER).records) == 2
+    assert len(store.read_user_records(str(job_dir.parent), 77, USER).records) == 2
 
 
 def test_device_node_and_records_blaming_every_node_drain_nothing(job_dir: Path) -> None:
@@ -190,7 +190,7 @@ def test_device_node_and_records_blaming_every_node_drain_nothing(job_dir: Path)
         )
     )
     _write(job_dir / "node2.0.json", data)
-    result = safe_files.read_user_records(str(job_dir.parent), 77, USER)
+    result = store.read_user_records(str(job_dir.parent), 77, USER)
     assert any("not a regular file" in r for r in result.rejected)
     (rec,) = result.records
     from slurm_triage.attribution import attribute
@@ -205,10 +205,10 @@ def test_a_record_with_a_huge_number_is_dropped_alone(job_dir: Path, tmp_path: P
     huge = re.sub(rb'"time":[0-9.e+]+', b'"time":1' + b"0" * 400, record(source=Source.USER))
     assert b"0" * 400 in huge
     _write(job_dir / "node2.0.json", huge)
-    users = safe_files.read_user_records(str(tmp_path), 77, USER)
+    users = store.read_user_records(str(tmp_path), 77, USER)
     assert users.records == () and len(users.rejected) == 1
-    root_dir = tmp_path / safe_files.ROOT_AREA / "77"
+    root_dir = tmp_path / store.ROOT_AREA / "77"
     root_dir.mkdir(parents=True)
     (root_dir / "node2.json").write_bytes(record())
-    roots = safe_files.read_root_records(str(tmp_path), 77, ("node2",))
+    roots = store.read_root_records(str(tmp_path), 77, ("node2",))
     assert [f.xid for r in roots.records for f in r.facts] == [79]

@@ -1,0 +1,154 @@
+"""Root's own records (the node Epilog's, and a failed Prolog's): written atomically where no
+user can touch them, read back only from there.
+
+    <evidence_dir>/_root/<job>/<node>.json           the Epilog's record
+    <evidence_dir>/_root/<job>/<node>.prolog.json    the Prolog's, when it turned the job away
+
+`_root` and each job's directory in it must be owned by root (by the writer's euid): a user
+can neither plant nor replace a root record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from contextlib import suppress
+
+from slurm_triage.evidence.facts import Source
+from slurm_triage.evidence.record import (
+    MAX_RECORD_BYTES,
+    EvidenceError,
+    EvidenceRecord,
+    parse_record,
+)
+from slurm_triage.evidence.store.safe_io import (
+    DIR_FLAGS,
+    ReadResult,
+    UnsafeEvidence,
+    check_owner,
+    log_rejections,
+    older,
+    open_dir,
+    read_capped,
+)
+
+ROOT_AREA = "_root"
+# The epilog's record, and the prolog's when it turned the job away.
+ROOT_SUFFIXES = (".json", ".prolog.json")
+
+
+def read_root_records(
+    evidence_dir: str,
+    job_id: int,
+    nodes: list[str] | tuple[str, ...],
+    cap: int = MAX_RECORD_BYTES,
+    newer_than: float | None = None,
+) -> ReadResult:
+    """The epilogs' (and failed prologs') records for these nodes, trusted only from root's
+    own area; records older than `newer_than` (an earlier run) are skipped."""
+    records: list[EvidenceRecord] = []
+    rejected: list[str] = []
+    try:
+        with (
+            open_dir(evidence_dir) as base,
+            open_dir(ROOT_AREA, base) as area,
+            open_dir(str(job_id), area) as job_fd,
+        ):
+            check_owner(area, ROOT_AREA, (0,))
+            check_owner(job_fd, f"{ROOT_AREA}/{job_id}", (0,))
+            for node in nodes:
+                for name in (f"{node}{suffix}" for suffix in ROOT_SUFFIXES):
+                    if older(name, job_fd, newer_than):
+                        continue
+                    record = _root_record(name, job_fd, cap, job_id, node, rejected)
+                    if record is not None:
+                        records.append(record)
+    except FileNotFoundError:
+        pass
+    except (UnsafeEvidence, OSError) as exc:
+        rejected.append(f"{evidence_dir}/{ROOT_AREA}/{job_id}: {exc}")
+    log_rejections(job_id, rejected)
+    return ReadResult(tuple(records), tuple(rejected))
+
+
+def _root_record(
+    name: str, job_fd: int, cap: int, job_id: int, node: str, rejected: list[str]
+) -> EvidenceRecord | None:
+    try:
+        record = parse_record(read_capped(name, job_fd, 0, cap), max_bytes=cap)
+    except UnsafeEvidence as exc:
+        if "cannot open" not in str(exc):
+            rejected.append(str(exc))
+        return None
+    except EvidenceError as exc:
+        rejected.append(f"{name}: {exc}")
+        return None
+    if record.collected_by is Source.ROOT and record.job_id == str(job_id) and record.node == node:
+        return record
+    rejected.append(f"{name}: not a root record for job {job_id}/{node}")
+    return None
+
+
+def root_record_present(
+    evidence_dir: str, job_id: int, node: str, newer_than: float | None = None
+) -> bool:
+    path = os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}.json")
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and (newer_than is None or st.st_mtime >= newer_than)
+
+
+def _ensure_root_dir(name: str, parent_fd: int) -> int:
+    with suppress(FileExistsError):
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        check_owner(fd, name, (os.geteuid(),))
+    except UnsafeEvidence:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_new(name: str, data: bytes, dir_fd: int) -> None:
+    fd = os.open(
+        name,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o644,
+        dir_fd=dir_fd,
+    )
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_root_record(
+    evidence_dir: str, job_id: int, node: str, data: bytes, suffix: str = ".json"
+) -> str:
+    """Write root's record atomically where no user can touch it; returns its path."""
+    with open_dir(evidence_dir) as base:
+        area = _ensure_root_dir(ROOT_AREA, base)
+        try:
+            job_fd = _ensure_root_dir(str(job_id), area)
+        finally:
+            os.close(area)
+        tmp = f".{node}.{os.getpid()}.tmp"
+        try:
+            _write_new(tmp, data, job_fd)
+            os.replace(tmp, f"{node}{suffix}", src_dir_fd=job_fd, dst_dir_fd=job_fd)
+            os.fsync(job_fd)
+        except OSError:
+            # A full disk must not leave a partial record behind for the decision to trip on.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=job_fd)
+            raise
+        finally:
+            os.close(job_fd)
+    return os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}{suffix}")

@@ -1,0 +1,133 @@
+"""The wrapper's records of a job, read as root or SlurmUser from a directory the job's user
+owns: each file a regular file of that user under the size cap, valid against our schema,
+naming this job and the node its file name says; every fact downgraded to USER. A user
+controls how many records there are and how big: a RecordBudget bounds what one decision
+spends on them.
+
+    <evidence_dir>/<job>/<node>.<step>[.<task>].json
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from slurm_triage.evidence.facts import Source
+from slurm_triage.evidence.record import (
+    MAX_RECORD_BYTES,
+    EvidenceError,
+    EvidenceRecord,
+    parse_record,
+)
+from slurm_triage.evidence.store.safe_io import (
+    ReadResult,
+    UnsafeEvidence,
+    check_owner,
+    log_rejections,
+    older,
+    open_dir,
+    read_capped,
+)
+
+MAX_RECORDS_PER_JOB = 4096
+_USER_NAME = re.compile(
+    r"^(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]{0,127}?)\.(?P<step>[A-Za-z0-9_]+)"
+    r"(?:\.(?P<task>\d+))?\.json$"
+)
+
+
+@dataclass(frozen=True)
+class RecordBudget:
+    """What one decision may spend on a job's user records: a user controls their number,
+    size and facts (4096 records of 1 MiB with 1000 facts each took minutes and GiBs)."""
+
+    max_records_per_node: int = 256
+    max_bytes: int = 32 << 20
+    max_facts: int = 20_000
+    deadline: float = float("inf")  # time.monotonic() past which reading stops
+
+
+def read_user_records(
+    evidence_dir: str,
+    job_id: int,
+    uid: int,
+    *,
+    node: str | None = None,
+    nodes: tuple[str, ...] | None = None,
+    newer_than: float | None = None,
+    cap: int = MAX_RECORD_BYTES,
+    budget: RecordBudget | None = None,
+) -> ReadResult:
+    """The wrapper's records for a job (all nodes, one, or those of `nodes`), every fact
+    downgraded to USER. Records older than `newer_than` (an earlier run of a requeued job)
+    are skipped. Past the `budget` reading stops and `over_budget` says why."""
+    records: list[EvidenceRecord] = []
+    rejected: list[str] = []
+    spent = _Spent(budget or RecordBudget())
+    try:
+        with open_dir(evidence_dir) as base, open_dir(str(job_id), base) as job_fd:
+            check_owner(job_fd, f"{evidence_dir}/{job_id}", (uid, 0))
+            names = sorted(os.listdir(job_fd))[: MAX_RECORDS_PER_JOB * 2]
+            for name in names:
+                match = _USER_NAME.match(name)
+                if not match or (node and match["node"] != node):
+                    continue
+                if nodes is not None and match["node"] not in nodes:
+                    continue
+                if older(name, job_fd, newer_than):
+                    continue
+                if len(records) >= MAX_RECORDS_PER_JOB:
+                    rejected.append(f"{name}: more than {MAX_RECORDS_PER_JOB} records")
+                    break
+                if spent.exhausted(match["node"]):
+                    break
+                try:
+                    data = read_capped(name, job_fd, uid, cap)
+                    record = parse_record(data, max_bytes=cap, trusted_source=Source.USER)
+                    _check_names(record, job_id, match["node"], name)
+                    records.append(record)
+                    spent.add(match["node"], len(data), len(record.facts))
+                except (UnsafeEvidence, EvidenceError) as exc:
+                    rejected.append(f"{job_id}/{name}: {exc}")
+    except FileNotFoundError:
+        pass  # the job wrote nothing (no wrapper): not a problem
+    except (UnsafeEvidence, OSError) as exc:
+        rejected.append(f"{evidence_dir}/{job_id}: {exc}")
+    log_rejections(job_id, rejected)
+    return ReadResult(tuple(records), tuple(rejected), spent.why)
+
+
+class _Spent:
+    """What reading has cost so far against a RecordBudget; `why` once it is exhausted."""
+
+    def __init__(self, budget: RecordBudget) -> None:
+        self.budget = budget
+        self.bytes = self.facts = 0
+        self.per_node: dict[str, int] = {}
+        self.why = ""
+
+    def add(self, node: str, size: int, facts: int) -> None:
+        self.per_node[node] = self.per_node.get(node, 0) + 1
+        self.bytes += size
+        self.facts += facts
+
+    def exhausted(self, node: str) -> bool:
+        b = self.budget
+        if self.per_node.get(node, 0) >= b.max_records_per_node:
+            self.why = f"more than {b.max_records_per_node} records for node {node}"
+        elif self.bytes >= b.max_bytes:
+            self.why = f"more than {b.max_bytes} bytes of records"
+        elif self.facts >= b.max_facts:
+            self.why = f"more than {b.max_facts} facts in records"
+        elif time.monotonic() >= b.deadline:
+            self.why = "the decision's deadline for reading records passed"
+        return bool(self.why)
+
+
+def _check_names(record: EvidenceRecord, job_id: int, node: str, name: str) -> None:
+    if record.job_id != str(job_id):
+        raise UnsafeEvidence(f"{name}: names job {record.job_id}, not {job_id}")
+    if record.node != node:
+        raise UnsafeEvidence(f"{name}: names node {record.node}, not {node}")

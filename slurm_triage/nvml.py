@@ -1,0 +1,45 @@
+"""The one NVML module loader, and the GPUs on the PCI bus: what the health checks, the
+Epilog and the wrapper see of the GPUs goes through here.
+
+`nvml_module` is the real nvidia-ml-py `pynvml` on GPU nodes, or the simulated estate's
+stand-in (slurm_triage.simulate.fake_pynvml: the same functions and error classes) where
+there are no GPUs (`health.nvml = "simulated"`). Import-light: pynvml and the simulation are
+imported only when asked for, since the wrapper and the Prolog import this on every job.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from slurm_triage.config import HealthConfig, node_path
+
+
+def nvml_module(config: HealthConfig, node: str) -> Any:
+    """The real pynvml, or the simulated estate's stand-in for this node (and this process's
+    simulated device cgroup, $SLURM_TRIAGE_SIMULATE_CGROUP_GPUS: the /dev/nvidiaN minor
+    numbers it allows, as Slurm's ConstrainDevices would)."""
+    if config.nvml == "simulated":
+        from slurm_triage.simulate.estate import NodeEstate, cgroup_minors
+        from slurm_triage.simulate.fake_pynvml import FakeNvml
+
+        estate = NodeEstate(Path(node_path(config.simulate_root, node)), node)
+        return FakeNvml(estate.nvml_state, allowed_minors=cgroup_minors(os.environ))
+    import pynvml
+
+    return pynvml
+
+
+def read_pci_gpus(sysfs_root: str) -> tuple[str, ...]:
+    """Bus ids (dddd:bb:dd.f) of NVIDIA display/3D controllers on the PCI bus, sorted."""
+    found = []
+    for dev in sorted(Path(sysfs_root, "bus/pci/devices").glob("*")):
+        try:
+            vendor = (dev / "vendor").read_text().strip()
+            klass = (dev / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor == "0x10de" and klass[:6] in ("0x0302", "0x0300"):
+            found.append(dev.name)
+    return tuple(found)
