@@ -16,7 +16,8 @@ from slurm_triage.attribution.logscan import (
     scan_file,
     scan_lines,
 )
-from slurm_triage.attribution.signatures import SIGNATURES, Role, Signature
+from slurm_triage.attribution.signatures import SIGNATURES, Signature
+from slurm_triage.attribution.tiers import Tier
 from slurm_triage.attribution.xid import XID_CATALOGUE, XidInfo
 from slurm_triage.attribution.xid import lookup as lookup_xid
 
@@ -26,7 +27,7 @@ __all__ = [
     "XID_CATALOGUE",
     "Attribution",
     "LogReadError",
-    "Role",
+    "Tier",
     "Signature",
     "Window",
     "XidInfo",

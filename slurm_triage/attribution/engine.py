@@ -21,15 +21,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slurm_triage.attribution.findings import (
-    ERROR,
-    FALLBACK,
-    ROOT_HW,
-    SYMPTOM,
-    USER_HW,
     Finding,
     findings_for,
 )
 from slurm_triage.attribution.signatures import TASK_FAILURE_LINES
+from slurm_triage.attribution.tiers import Tier
 from slurm_triage.evidence import (
     Fact,
     LogHit,
@@ -38,7 +34,7 @@ from slurm_triage.evidence import (
     SlurmState,
     fact_to_dict,
 )
-from slurm_triage.evidence.facts import JobState
+from slurm_triage.job_state import JobState
 from slurm_triage.taxonomy import Action, Cause, Condition, Domain, info
 
 WINDOW_BEFORE_S = 600.0
@@ -141,11 +137,11 @@ def _claims_below_user_errors(found: list[Finding]) -> list[Finding]:
     record is the user's KeyError. Root's evidence is untouched: it still beats everything."""
     if not any(_program_error(f) for f in found):
         return found
-    return [replace(f, tier=ERROR - 1) if f.tier == USER_HW else f for f in found]
+    return [replace(f, tier=Tier.ERROR - 1) if f.tier == Tier.INFRA else f for f in found]
 
 
 def _program_error(f: Finding) -> bool:
-    if f.tier != ERROR or f.cause not in _PROGRAM_CAUSES:
+    if f.tier != Tier.ERROR or f.cause not in _PROGRAM_CAUSES:
         return False
     fact = f.fact
     return not isinstance(fact, RootException) or (
@@ -219,8 +215,8 @@ def _unknown(facts: list[Fact], found: list[Finding]) -> Attribution:
     used = tuple(f.fact for f in found) or tuple(
         f for f in facts if isinstance(f, SlurmState | ProcessExit)
     )
-    failed = [f.why for f in found if f.tier == FALLBACK]
-    vague = [f.why for f in found if f.tier != FALLBACK]
+    failed = [f.why for f in found if f.tier == Tier.EXIT]
+    vague = [f.why for f in found if f.tier != Tier.EXIT]
     if failed:
         why = f"{', '.join(dict.fromkeys(failed))}, with no recognisable evidence"
     else:
@@ -282,7 +278,7 @@ def _failed_tasks(winner: Finding, found: list[Finding]) -> tuple[str, ...]:
 def _same_event(winner: Finding, other: Finding) -> bool:
     # Each node with a hardware fault is faulty in its own right; softer errors only count
     # as the same event when they happened together.
-    if winner.tier >= ROOT_HW or winner.time is None or other.time is None:
+    if winner.tier >= Tier.ROOT_HW or winner.time is None or other.time is None:
         return True
     return other.time - winner.time <= SAME_EVENT_S
 
@@ -305,7 +301,7 @@ def _cascade_note(
             if n
             and n not in nodes
             and f.cause is not winner.cause
-            and (f.tier <= SYMPTOM) is symptom
+            and (f.tier <= Tier.SYMPTOM) is symptom
             and f.tier <= winner.tier
         )
         if others:

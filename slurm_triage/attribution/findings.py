@@ -2,17 +2,10 @@
 
 A finding is a candidate cause on one node with a tier (how strong this kind of evidence is;
 higher beats lower on any node), a precedence (orders hardware causes on one node), a time,
-and a confidence. The tiers encode the taxonomy's rules:
-
-    60  root-collected hardware/infrastructure fault (kernel log, NVML, failed health check)
-    50  Slurm's own decision (state TIMEOUT, PREEMPTED, CANCELLED, NODE_FAIL, OUT_OF_MEMORY)
-    45  the wrapper ended the job for lack of progress (hang)
-    40  a hardware/infrastructure fault named only by user-collected evidence
-    30  a real error of the job (CUDA OOM, illegal access, ENOSPC, a traceback, SIGSEGV)
-    12  a non-decisive driver/hardware XID (a warning the catalogue says to watch)
-    10  a symptom: NCCL timeouts and remote errors, "CUDA error: unknown error"
-     5  a weak reading: SIGABRT, an abort banner, application XIDs that follow a fault
-     1  a failure with no meaning: non-zero exit, state FAILED, SIGKILL
+and a confidence. The tiers (tiers.Tier) encode the taxonomy's rules: root-collected
+hardware faults (ROOT_HW) beat Slurm's own decisions (SCHEDULER), a hang, faults only the job
+named (INFRA), the job's real errors (ERROR), watched XIDs (WARNING), symptoms, weak readings
+and failures that say nothing (EXIT).
 """
 
 from __future__ import annotations
@@ -23,7 +16,8 @@ from typing import Any
 
 from slurm_triage.attribution import xid as xids
 from slurm_triage.attribution.matcher import classify_exception
-from slurm_triage.attribution.signatures import BY_NAME, Role
+from slurm_triage.attribution.signatures import BY_NAME
+from slurm_triage.attribution.tiers import Tier
 from slurm_triage.evidence import (
     CheckStatus,
     Fact,
@@ -43,17 +37,6 @@ from slurm_triage.evidence import (
 )
 from slurm_triage.taxonomy import Cause, Domain, info
 
-ROOT_HW, SCHEDULER, HANG, USER_HW, ERROR, WARNING, SYMPTOM, WEAK, FALLBACK = (
-    60,
-    50,
-    45,
-    40,
-    30,
-    12,
-    10,
-    5,
-    1,
-)
 # Orders hardware causes found on one node: the XID catalogue refines it (XID 119 beats 79).
 PRECEDENCE = {
     Cause.GPU_UNAVAILABLE: 80,
@@ -113,7 +96,7 @@ def _hardware(
     root = fact.source is Source.ROOT
     return Finding(
         cause,
-        ROOT_HW if root else USER_HW,
+        Tier.ROOT_HW if root else Tier.INFRA,
         0.95 if root else 0.75,
         fact,
         index,
@@ -129,16 +112,16 @@ def _process_exit(fact: ProcessExit, index: int) -> list[Finding]:
     sig = fact.death_signal()
     if sig is not None:
         return [_signal_finding(sig, fact, index, "process")]
-    return [Finding(Cause.UNKNOWN, FALLBACK, 0.2, fact, index, f"exit code {fact.exit_code}")]
+    return [Finding(Cause.UNKNOWN, Tier.EXIT, 0.2, fact, index, f"exit code {fact.exit_code}")]
 
 
 def _signal_finding(sig: int, fact: Fact, index: int, who: str) -> Finding:
     why = f"{who} killed by {signal_name(sig)}"
     if sig in _CRASH_SIGNALS:
-        return Finding(Cause.SEGFAULT, ERROR, 0.6, fact, index, why)
+        return Finding(Cause.SEGFAULT, Tier.ERROR, 0.6, fact, index, why)
     if sig == _SIGABRT:
-        return Finding(Cause.SEGFAULT, WEAK, 0.5, fact, index, why)
-    return Finding(Cause.UNKNOWN, FALLBACK, 0.2, fact, index, why)
+        return Finding(Cause.SEGFAULT, Tier.WEAK, 0.5, fact, index, why)
+    return Finding(Cause.UNKNOWN, Tier.EXIT, 0.2, fact, index, why)
 
 
 _STATE_CAUSES = {
@@ -158,7 +141,7 @@ def _slurm_state(fact: SlurmState, index: int) -> list[Finding]:
     if fact.by_uid is not None:
         why += f" by uid {fact.by_uid}"
     if fact.state is JobState.FAILED:
-        return [Finding(Cause.UNKNOWN, FALLBACK, 0.2, fact, index, why)]
+        return [Finding(Cause.UNKNOWN, Tier.EXIT, 0.2, fact, index, why)]
     if fact.state not in _STATE_CAUSES:
         return []
     cause, confidence = _STATE_CAUSES[fact.state]
@@ -166,7 +149,7 @@ def _slurm_state(fact: SlurmState, index: int) -> list[Finding]:
     return [
         Finding(
             cause,
-            SCHEDULER,
+            Tier.SCHEDULER,
             confidence,
             fact,
             index,
@@ -196,7 +179,9 @@ def _kernel_event(fact: KernelEvent, index: int) -> list[Finding]:
         return _xid(fact.xid, fact.detail, fact, index, f"kernel log: XID {fact.xid}{where}")
     if fact.event is KernelEventKind.OOM_KILL:
         return [
-            Finding(Cause.HOST_OOM, ERROR, 0.9, fact, index, f"kernel OOM killer ({fact.detail})")
+            Finding(
+                Cause.HOST_OOM, Tier.ERROR, 0.9, fact, index, f"kernel OOM killer ({fact.detail})"
+            )
         ]
     cause = _KERNEL_CAUSES.get(fact.event)
     if cause is None:
@@ -218,13 +203,13 @@ def _xid(number: int, text: str, fact: Fact, index: int, why: str) -> list[Findi
     row = xids.lookup(number, text)
     why = f"{why} ({row.meaning})"
     if row.origin is xids.Origin.APP:
-        tier = ERROR if row.decisive else WEAK
+        tier = Tier.ERROR if row.decisive else Tier.WEAK
         return [Finding(row.cause, tier, 0.8 if row.decisive else 0.4, fact, index, why)]
     if row.decisive:
         return [_hardware(row.cause, fact, index, why, row.precedence)]
     if row.origin is xids.Origin.SIDE_EFFECT:
         return []
-    return [Finding(row.cause, WARNING, 0.6, fact, index, why, row.precedence)]
+    return [Finding(row.cause, Tier.WARNING, 0.6, fact, index, why, row.precedence)]
 
 
 _NVML_CAUSES = {
@@ -270,36 +255,36 @@ def _health_check(fact: HealthCheck, index: int) -> list[Finding]:
     return [
         found
         if info(cause).domain is not Domain.USER
-        else Finding(cause, ERROR, 0.8, fact, index, why)
+        else Finding(cause, Tier.ERROR, 0.8, fact, index, why)
     ]
 
 
-def _default_role(cause: Cause) -> Role:
+def _default_role(cause: Cause) -> Tier:
     domain = info(cause).domain
     if cause in (Cause.NETWORK, Cause.NCCL_TIMEOUT) or domain is Domain.UNKNOWN:
-        return Role.SYMPTOM
+        return Tier.SYMPTOM
     return {
-        Domain.HARDWARE: Role.INFRA,
-        Domain.INFRASTRUCTURE: Role.INFRA,
-        Domain.SCHEDULER: Role.SCHEDULER,
-        Domain.USER: Role.ERROR,
-    }.get(domain, Role.INFO)
+        Domain.HARDWARE: Tier.INFRA,
+        Domain.INFRASTRUCTURE: Tier.INFRA,
+        Domain.SCHEDULER: Tier.SCHEDULER,
+        Domain.USER: Tier.ERROR,
+    }.get(domain, Tier.INFO)
 
 
 _ROLE_CONFIDENCE = {
-    Role.EXIT: 0.2,
-    Role.SCHEDULER: 0.85,
-    Role.INFRA: 0.7,
-    Role.ERROR: 0.8,
-    Role.SYMPTOM: 0.6,
-    Role.WEAK: 0.5,
+    Tier.EXIT: 0.2,
+    Tier.SCHEDULER: 0.85,
+    Tier.INFRA: 0.7,
+    Tier.ERROR: 0.8,
+    Tier.SYMPTOM: 0.6,
+    Tier.WEAK: 0.5,
 }
 
 
 def _log_hit(fact: LogHit, index: int) -> list[Finding]:
     sig = BY_NAME.get(fact.signature)
     cause, role = (sig.cause, sig.role) if sig else (fact.cause, _default_role(fact.cause))
-    if role is Role.INFO:
+    if role is Tier.INFO:
         return []
     precedence = sig.precedence if sig else PRECEDENCE.get(cause, 0)
     times = f" ({fact.count}x)" if fact.count > 1 else ""
@@ -315,7 +300,7 @@ def _log_hit(fact: LogHit, index: int) -> list[Finding]:
             index,
             f"log: {fact.signature}{times}: {fact.excerpt[:160]}",
             precedence,
-            job_wide=role is Role.SCHEDULER and not names_node,
+            job_wide=role is Tier.SCHEDULER and not names_node,
         )
     ]
 
@@ -330,7 +315,7 @@ def _root_exception(fact: RootException, index: int) -> list[Finding]:
             else [_signal_finding(fact.signal, fact, index, f"child{rank}")]
         )
     cause, role, name = classify_exception(fact.exc_type, fact.message)
-    if role is Role.INFO:
+    if role is Tier.INFO:
         return []
     confidence = 0.85 if name.startswith("exception") else min(0.9, _ROLE_CONFIDENCE[role] + 0.1)
     why = f"root exception{rank}: {short}: {fact.message[:160]}".rstrip(": ")
@@ -342,7 +327,9 @@ def _root_exception(fact: RootException, index: int) -> list[Finding]:
 
 
 def _stall(fact: Stall, index: int) -> list[Finding]:
-    return [Finding(Cause.HANG, HANG, 0.8, fact, index, f"no progress for {fact.idle_s:.0f} s")]
+    return [
+        Finding(Cause.HANG, Tier.HANG, 0.8, fact, index, f"no progress for {fact.idle_s:.0f} s")
+    ]
 
 
 _HANDLERS: dict[type, Callable[[Any, int], list[Finding]]] = {

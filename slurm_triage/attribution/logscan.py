@@ -25,8 +25,8 @@ from slurm_triage.attribution.signatures import (
     BY_NAME,
     CANCELLED_AFTER_FAILURE,
     TASK_FAILURE_LINES,
-    Role,
 )
+from slurm_triage.attribution.tiers import Tier
 from slurm_triage.errors import TriageError
 from slurm_triage.evidence import Fact, LogHit, RootException, Source
 
@@ -137,7 +137,7 @@ def scan_file(
 
 
 # Lines that show a task failed by itself: a cancel banner after one of them is collateral.
-_TASK_FAILURE_ROLES = (Role.ERROR, Role.INFRA, Role.SYMPTOM)
+_TASK_FAILURE_ROLES = (Tier.ERROR, Tier.INFRA, Tier.SYMPTOM)
 
 
 def _hits(

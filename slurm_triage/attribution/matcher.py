@@ -15,9 +15,9 @@ import re
 from slurm_triage.attribution.signatures import (
     EXCEPTION_TYPES,
     SIGNATURES,
-    Role,
     Signature,
 )
+from slurm_triage.attribution.tiers import Tier
 from slurm_triage.taxonomy import Cause
 
 MIN_NEEDLE = 4
@@ -142,16 +142,16 @@ _ENVIRONMENT_TYPES = frozenset({"ImportError", "ModuleNotFoundError"})
 _ENVIRONMENT_MESSAGES = ("cannot open shared object file", "undefined symbol: ")
 
 
-def classify_exception(exc_type: str, message: str) -> tuple[Cause, Role, str]:
+def classify_exception(exc_type: str, message: str) -> tuple[Cause, Tier, str]:
     """(cause, role, why) for a root exception: its message's signature, else its type."""
     short = exc_type.rsplit(".", 1)[-1]
     if short in _ENVIRONMENT_TYPES or any(m in message for m in _ENVIRONMENT_MESSAGES):
-        return Cause.USER_CODE, Role.ERROR, "environment: cannot load code or library"
+        return Cause.USER_CODE, Tier.ERROR, "environment: cannot load code or library"
     best: Signature | None = None
     for sig, _ in match_line(f"{exc_type}: {message}"):
         if best is None or (sig.role, sig.precedence) > (best.role, best.precedence):
             best = sig
     if best is not None:
         return best.cause, best.role, best.name
-    cause, role = EXCEPTION_TYPES.get(short, (Cause.USER_CODE, Role.ERROR))
+    cause, role = EXCEPTION_TYPES.get(short, (Cause.USER_CODE, Tier.ERROR))
     return cause, role, f"exception {short}"

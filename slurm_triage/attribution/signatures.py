@@ -7,28 +7,16 @@ out of memory`; old and new slurmstepd oom lines). Kernel-log lines are not here
 only believed from a kernel log (kernel.py), never from a job's stdout.
 
 To add a signature: append a `Signature` with a stable dotted name (`<origin>.<what>`), the
-cause, and the `Role` that says how strong it is; then add a corpus case that needs it.
+cause, and the `Tier` that says how strong it is; then add a corpus case that needs it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import IntEnum
 
+from slurm_triage.attribution.tiers import Tier
 from slurm_triage.taxonomy import Cause
-
-
-class Role(IntEnum):
-    """How much a match proves; the value is its tier in the engine (higher wins)."""
-
-    INFO = 0
-    EXIT = 1  # a failure that names no cause: a task's exit status, srun ending the others
-    WEAK = 5  # a plausible reading, beaten by anything better (an abort, a save failure)
-    SYMPTOM = 10  # what a rank prints when something else failed (NCCL errors, timeouts)
-    ERROR = 30  # a real error of the job on this node (OOM, illegal access, ENOSPC)
-    INFRA = 40  # the job's own log names a hardware or infrastructure fault
-    SCHEDULER = 50  # Slurm says it ended the job on purpose
 
 
 @dataclass(frozen=True)
@@ -38,12 +26,12 @@ class Signature:
 
     name: str
     cause: Cause
-    role: Role
+    role: Tier
     pattern: re.Pattern[str]
     precedence: int = 0
 
 
-def _sig(name: str, cause: Cause, role: Role, regex: str, precedence: int = 0) -> Signature:
+def _sig(name: str, cause: Cause, role: Tier, regex: str, precedence: int = 0) -> Signature:
     return Signature(name, cause, role, re.compile(regex), precedence)
 
 
@@ -61,13 +49,13 @@ SIGNATURES: tuple[Signature, ...] = (
     # Slurm: slurmstepd's banner (src/slurmd/slurmstepd/req.c), the cgroup oom line (new and
     # old wording), srun's task exits (src/srun/launch.c). A DUE TO banner is more specific
     # than a bare CANCELLED state, hence its precedence.
-    _sig("slurm.time_limit", _C.TIMEOUT, Role.SCHEDULER, _BANNER + r" DUE TO TIME LIMIT", 5),
-    _sig("slurm.preemption", _C.PREEMPTED, Role.SCHEDULER, _BANNER + r" DUE TO PREEMPTION", 5),
-    _sig("slurm.job_requeue", _C.PREEMPTED, Role.SCHEDULER, _BANNER + r" DUE TO JOB REQUEUE", 5),
+    _sig("slurm.time_limit", _C.TIMEOUT, Tier.SCHEDULER, _BANNER + r" DUE TO TIME LIMIT", 5),
+    _sig("slurm.preemption", _C.PREEMPTED, Tier.SCHEDULER, _BANNER + r" DUE TO PREEMPTION", 5),
+    _sig("slurm.job_requeue", _C.PREEMPTED, Tier.SCHEDULER, _BANNER + r" DUE TO JOB REQUEUE", 5),
     _sig(
         "slurm.node_failure",
         _C.NODE_FAILURE,
-        Role.SCHEDULER,
+        Tier.SCHEDULER,
         _BANNER + r" DUE TO NODE FAILURE",
         10,
     ),
@@ -75,7 +63,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "slurm.cancelled",
         _C.CANCELLED,
-        Role.SCHEDULER,
+        Tier.SCHEDULER,
         _STEPD
         + r"\*\*\* JOB \S+ ON \S+ CANCELLED AT \S+ \*\*\*|"
         + _BANNER
@@ -87,148 +75,148 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "slurm.step_killed",
         _C.UNKNOWN,
-        Role.EXIT,
+        Tier.EXIT,
         _STEPD + r"\*\*\* STEP \S+ ON \S+ CANCELLED AT \S+(?: DUE TO TASK FAILURE)? \*\*\*",
     ),
     _sig(
         "slurm.oom_kill",
         _C.HOST_OOM,
-        Role.ERROR,
+        Tier.ERROR,
         r"^(?:\d+: )?slurmstepd(?:-(?P<host>[\w.-]+))?: error: Detected \d+ oom[-_]kill event",
     ),
     # jobacct_gather's memory enforcement (Slurm before cgroup v2 limits; src/common/jag).
     _sig(
         "slurm.memory_limit",
         _C.HOST_OOM,
-        Role.ERROR,
+        Tier.ERROR,
         _STEPD + r"(?:Step \S+ exceeded memory limit \(\d+ > \d+\), being killed|"
         r"Exceeded (?:job|step) memory limit|Job \S+ exceeded memory limit)",
     ),
     _sig(
         "salloc.time_limit",
         _C.TIMEOUT,
-        Role.SCHEDULER,
+        Tier.SCHEDULER,
         r"salloc: Job \d+ has exceeded its time limit and its allocation has been revoked",
         5,
     ),
     _sig(
         "slurm.execve_failed",
         _C.USER_CODE,
-        Role.ERROR,
+        Tier.ERROR,
         _STEPD + r"execve\(\): (?:bad interpreter\(|\S+: )",
     ),
     _sig(
         "srun.node_failure",
         _C.NODE_FAILURE,
-        Role.SCHEDULER,
+        Tier.SCHEDULER,
         r"^srun: error: Node failure on (?P<host>[\w.\[\],-]+)",
         10,
     ),
-    _sig("srun.out_of_memory", _C.HOST_OOM, Role.ERROR, _SRUN_TASK + r"Out Of Memory"),
+    _sig("srun.out_of_memory", _C.HOST_OOM, Tier.ERROR, _SRUN_TASK + r"Out Of Memory"),
     _sig(
         "srun.crash_signal",
         _C.SEGFAULT,
-        Role.ERROR,
+        Tier.ERROR,
         _SRUN_TASK + r"(?:Segmentation fault|Bus error)",
     ),
-    _sig("srun.task_exit", _C.UNKNOWN, Role.EXIT, _SRUN_TASK + r"Exited with exit code \d+"),
-    _sig("srun.task_killed", _C.UNKNOWN, Role.EXIT, _SRUN_TASK + r"Killed$"),
+    _sig("srun.task_exit", _C.UNKNOWN, Tier.EXIT, _SRUN_TASK + r"Exited with exit code \d+"),
+    _sig("srun.task_killed", _C.UNKNOWN, Tier.EXIT, _SRUN_TASK + r"Killed$"),
     # The dynamic loader, or a program's own environment: never the node's fault.
     _sig(
         "env.shared_object",
         _C.USER_CODE,
-        Role.ERROR,
+        Tier.ERROR,
         r"error while loading shared libraries: \S+: cannot open shared object file",
     ),
     # GPU memory exhausted: the caching allocator's message (every PyTorch version), raw CUDA.
-    _sig("torch.cuda_oom", _C.CUDA_OOM, Role.ERROR, r"CUDA out of memory\. Tried to allocate"),
+    _sig("torch.cuda_oom", _C.CUDA_OOM, Tier.ERROR, r"CUDA out of memory\. Tried to allocate"),
     _sig(
         "cuda.out_of_memory",
         _C.CUDA_OOM,
-        Role.ERROR,
+        Tier.ERROR,
         r"CUDA error: out of memory|Cuda failure '?out of memory|cudaErrorMemoryAllocation",
     ),
     _sig(
         "xla.resource_exhausted",
         _C.CUDA_OOM,
-        Role.ERROR,
+        Tier.ERROR,
         r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
     ),
     # The job's own CUDA bugs.
     _sig(
         "cuda.illegal_address",
         _C.CUDA_USER_ERROR,
-        Role.ERROR,
+        Tier.ERROR,
         r"an illegal memory access was encountered",
     ),
     _sig(
         "cuda.device_assert",
         _C.CUDA_USER_ERROR,
-        Role.ERROR,
+        Tier.ERROR,
         r"device-side assert(?:ion)? triggered",
     ),
     _sig(
         "cuda.kernel_assert",
         _C.CUDA_USER_ERROR,
-        Role.ERROR,
+        Tier.ERROR,
         r"block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed",
     ),
     _sig(
-        "cuda.misaligned_address", _C.CUDA_USER_ERROR, Role.ERROR, r"CUDA error: misaligned address"
+        "cuda.misaligned_address", _C.CUDA_USER_ERROR, Tier.ERROR, r"CUDA error: misaligned address"
     ),
     _sig(
         "cuda.illegal_instruction",
         _C.CUDA_USER_ERROR,
-        Role.ERROR,
+        Tier.ERROR,
         r"an illegal instruction was encountered",
     ),
-    _sig("cuda.launch_failure", _C.CUDA_USER_ERROR, Role.ERROR, r"unspecified launch failure"),
+    _sig("cuda.launch_failure", _C.CUDA_USER_ERROR, Tier.ERROR, r"unspecified launch failure"),
     _sig(
-        "cuda.invalid_device", _C.CUDA_USER_ERROR, Role.ERROR, r"CUDA error: invalid device ordinal"
+        "cuda.invalid_device", _C.CUDA_USER_ERROR, Tier.ERROR, r"CUDA error: invalid device ordinal"
     ),
     _sig(
         "nccl.invalid_usage",
         _C.USER_CODE,
-        Role.ERROR,
+        Tier.ERROR,
         r"ncclInvalidUsage|invalid usage \(run with NCCL_DEBUG=WARN",
     ),
     _sig(
         "nccl.invalid_argument",
         _C.USER_CODE,
-        Role.ERROR,
+        Tier.ERROR,
         r"ncclInvalidArgument|invalid argument \(run with NCCL_DEBUG=WARN",
     ),
     # Hardware or infrastructure named in the job's own log (user evidence: never drains).
     _sig(
         "cuda.ecc_uncorrectable",
         _C.GPU_MEMORY,
-        Role.INFRA,
+        Tier.INFRA,
         r"uncorrectable ECC error encountered",
         70,
     ),
     _sig(
         "cuda.nvlink_uncorrectable",
         _C.GPU_NVLINK,
-        Role.INFRA,
+        Tier.INFRA,
         r"uncorrectable NVLink error detected",
         60,
     ),
     _sig(
-        "cuda.no_device", _C.GPU_UNAVAILABLE, Role.INFRA, r"no CUDA-capable device is detected", 80
+        "cuda.no_device", _C.GPU_UNAVAILABLE, Tier.INFRA, r"no CUDA-capable device is detected", 80
     ),
     _sig(
         "cuda.device_busy",
         _C.GPU_UNAVAILABLE,
-        Role.INFRA,
+        Tier.INFRA,
         r"CUDA-capable device\(s\) (?:is|are|is/are) busy or unavailable",
         80,
     ),
-    _sig("nvml.gpu_lost", _C.GPU_UNAVAILABLE, Role.INFRA, r"\bGPU is lost\b", 80),
+    _sig("nvml.gpu_lost", _C.GPU_UNAVAILABLE, Tier.INFRA, r"\bGPU is lost\b", 80),
     # `nvidia-smi -q`'s clock event (throttle) reasons: the GPU is slowed by heat or power.
     _sig(
         "nvml.hw_slowdown",
         _C.THERMAL,
-        Role.INFRA,
+        Tier.INFRA,
         r"^\s+HW (?:Thermal |Power Brake )?Slowdown\s+: Active",
         35,
     ),
@@ -236,7 +224,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "nvml.no_device_handle",
         _C.GPU_UNAVAILABLE,
-        Role.INFRA,
+        Tier.INFRA,
         r"Unable to determine the device handle for GPU ?[0-9A-Fa-f:.]*: "
         r"(?:Unknown Error|GPU is lost)",
         80,
@@ -246,77 +234,77 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "nhc.check_failed",
         _C.HEALTH_CHECK,
-        Role.INFRA,
+        Tier.INFRA,
         r"^(?:ERROR:\s+nhc:\s+)?Health check failed:\s+check_\w+:",
         20,
     ),
     _sig(
         "cuda.driver_too_old",
         _C.GPU_DRIVER,
-        Role.INFRA,
+        Tier.INFRA,
         r"CUDA driver version is insufficient for CUDA runtime version",
         40,
     ),
     _sig(
         "cuda.not_initialized",
         _C.GPU_DRIVER,
-        Role.INFRA,
+        Tier.INFRA,
         r"CUDA error: system not yet initialized|Error 802: system not yet initialized",
         40,
     ),
-    _sig("nvml.driver_mismatch", _C.GPU_DRIVER, Role.INFRA, r"Driver/library version mismatch", 40),
+    _sig("nvml.driver_mismatch", _C.GPU_DRIVER, Tier.INFRA, r"Driver/library version mismatch", 40),
     _sig(
         "nccl.ib_async_event",
         _C.INFINIBAND,
-        Role.INFRA,
+        Tier.INFRA,
         r"(?:^(?P<host>[\w.-]+):\d+:\d+ \[\d+\] .*)?"
         r"NET/IB ?: .*Got async event ?: (?:port error|local catastrophic error)",
         30,
     ),
-    _sig("fs.stale_handle", _C.FILESYSTEM, Role.INFRA, r"Stale file handle|\[Errno 116\]", 25),
-    _sig("fs.io_error", _C.FILESYSTEM, Role.INFRA, r"\[Errno 5\] Input/output error", 25),
+    _sig("fs.stale_handle", _C.FILESYSTEM, Tier.INFRA, r"Stale file handle|\[Errno 116\]", 25),
+    _sig("fs.io_error", _C.FILESYSTEM, Tier.INFRA, r"\[Errno 5\] Input/output error", 25),
     _sig(
         "fs.transport_endpoint",
         _C.FILESYSTEM,
-        Role.INFRA,
+        Tier.INFRA,
         r"Transport endpoint is not connected",
         25,
     ),
     # The job filled its disk, quota or /dev/shm.
-    _sig("fs.no_space", _C.STORAGE_FULL, Role.ERROR, r"No space left on device|\[Errno 28\]"),
-    _sig("fs.quota", _C.STORAGE_FULL, Role.ERROR, r"Disk quota exceeded|\[Errno 122\]"),
+    _sig("fs.no_space", _C.STORAGE_FULL, Tier.ERROR, r"No space left on device|\[Errno 28\]"),
+    _sig("fs.quota", _C.STORAGE_FULL, Tier.ERROR, r"Disk quota exceeded|\[Errno 122\]"),
     _sig(
         "torch.shm_bus_error",
         _C.STORAGE_FULL,
-        Role.ERROR,
+        Tier.ERROR,
         r"Unexpected bus error encountered in worker\. This might be caused by insufficient "
         r"shared memory|workers are out of shared memory\. Please try to raise your shared memory",
     ),
     _sig(
         "torch.save_write_failed",
         _C.STORAGE_FULL,
-        Role.WEAK,
+        Tier.WEAK,
         r"PytorchStreamWriter failed writing file .*file write failed",
     ),
     # Host memory.
     _sig(
         "torch.dataloader_killed",
         _C.HOST_OOM,
-        Role.ERROR,
+        Tier.ERROR,
         r"DataLoader worker \(pid\(?s?\)?[^)]*\)? is killed by signal: Killed",
     ),
     # Native crashes: SIGSEGV/SIGBUS are real errors; an abort usually follows something else.
     _sig(
         "proc.segfault",
         _C.SEGFAULT,
-        Role.ERROR,
+        Tier.ERROR,
         r"Segmentation fault|segmentation fault encountered in worker|"
         r"Bus error \(core dumped\)|Fatal Python error: Bus error",
     ),
     _sig(
         "proc.abort",
         _C.SEGFAULT,
-        Role.WEAK,
+        Tier.WEAK,
         r"Aborted +\(core dumped\)|Fatal Python error: Aborted|"
         r"terminate called (?:after throwing an instance of|without an active exception)",
     ),
@@ -324,7 +312,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "proc.heap_corruption",
         _C.SEGFAULT,
-        Role.ERROR,
+        Tier.ERROR,
         r"^(?:free|malloc|realloc)\(\): (?:invalid pointer|invalid size|corrupted)|"
         r"^double free or corruption|^corrupted size vs\. prev_size",
     ),
@@ -332,70 +320,70 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "proc.c_assert",
         _C.SEGFAULT,
-        Role.WEAK,
+        Tier.WEAK,
         r"^\S+: [^\s:]+:\d+: [^:]+: Assertion `.*' failed\.$",
     ),
     # Collective-communication symptoms: what the surviving ranks print.
     _sig(
         "torch.nccl_watchdog_timeout",
         _C.NCCL_TIMEOUT,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"Watchdog caught collective operation timeout",
         10,
     ),
     _sig(
         "torch.nccl_watchdog_stuck",
         _C.NCCL_TIMEOUT,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"ProcessGroupNCCL's watchdog got stuck|Heartbeat monitor timed out",
         10,
     ),
     _sig(
         "torch.nccl_ops_failed",
         _C.NCCL_TIMEOUT,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"Some NCCL operations have failed or timed out",
         5,
     ),
     _sig(
         "nccl.remote_error",
         _C.NETWORK,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"ncclRemoteError|remote process exited or there was a network error",
         20,
     ),
     _sig(
         "nccl.system_error",
         _C.NETWORK,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"ncclSystemError|unhandled system error \(run with NCCL_DEBUG",
         15,
     ),
     _sig(
         "nccl.ib_completion_error",
         _C.NETWORK,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"NET/IB ?: Got completion (?:from peer \S+ )?with (?:error|status)",
         15,
     ),
     _sig(
         "nccl.internal_error",
         _C.NETWORK,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"ncclInternalError|internal error - please report this issue to the NCCL developers",
         5,
     ),
     _sig(
         "net.connection_reset",
         _C.NETWORK,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"Connection reset by peer|Connection closed by (?:remote )?peer",
         10,
     ),
     _sig(
         "torch.dist_network",
         _C.NETWORK,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"DistNetworkError|DistStoreError|RendezvousTimeoutError|RendezvousClosedError",
         10,
     ),
@@ -405,14 +393,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig(
         "cuda.unknown_error",
         _C.GPU_DRIVER,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"CUDA error: unknown error|Cuda failure 'unknown error'",
         40,
     ),
     _sig(
         "nccl.unhandled_cuda",
         _C.GPU_DRIVER,
-        Role.SYMPTOM,
+        Tier.SYMPTOM,
         r"ncclUnhandledCudaError|unhandled cuda error \(run with NCCL_DEBUG",
         40,
     ),
@@ -422,7 +410,7 @@ _CANCELLED = next(s for s in SIGNATURES if s.name == "slurm.cancelled")
 # Not scanned for: what logscan calls a cancel banner that follows a task failure in the same
 # log (srun ends the rest, or someone cancels a job that has already failed): collateral.
 CANCELLED_AFTER_FAILURE = Signature(
-    "slurm.cancelled_after_task_failure", _C.UNKNOWN, Role.EXIT, _CANCELLED.pattern
+    "slurm.cancelled_after_task_failure", _C.UNKNOWN, Tier.EXIT, _CANCELLED.pattern
 )
 BY_NAME: dict[str, Signature] = {s.name: s for s in (*SIGNATURES, CANCELLED_AFTER_FAILURE)}
 # srun's lines for a task that ended by itself (not killed after another), strongest first.
@@ -430,23 +418,23 @@ TASK_FAILURE_LINES = ("srun.task_exit", "srun.task_killed")
 
 # Root-exception types → (cause, role), keyed by the last dotted component of the type name.
 # Anything not here and not matched by a signature is the program's own error (user_code).
-EXCEPTION_TYPES: dict[str, tuple[Cause, Role]] = {
-    "OutOfMemoryError": (_C.CUDA_OOM, Role.ERROR),
-    "CUDAOutOfMemoryError": (_C.CUDA_OOM, Role.ERROR),
-    "MemoryError": (_C.HOST_OOM, Role.ERROR),
-    "_ArrayMemoryError": (_C.HOST_OOM, Role.ERROR),
-    "AcceleratorError": (_C.CUDA_USER_ERROR, Role.ERROR),
-    "DistBackendError": (_C.NETWORK, Role.SYMPTOM),
-    "DistNetworkError": (_C.NETWORK, Role.SYMPTOM),
-    "DistStoreError": (_C.NETWORK, Role.SYMPTOM),
-    "DistError": (_C.NETWORK, Role.SYMPTOM),
-    "RendezvousTimeoutError": (_C.NETWORK, Role.SYMPTOM),
-    "RendezvousClosedError": (_C.NETWORK, Role.SYMPTOM),
-    "RendezvousConnectionError": (_C.NETWORK, Role.SYMPTOM),
-    "ConnectionResetError": (_C.NETWORK, Role.SYMPTOM),
-    "ConnectionRefusedError": (_C.NETWORK, Role.SYMPTOM),
-    "ConnectionAbortedError": (_C.NETWORK, Role.SYMPTOM),
-    "KeyboardInterrupt": (_C.UNKNOWN, Role.INFO),
-    "SystemExit": (_C.UNKNOWN, Role.INFO),
-    "ChildFailedError": (_C.UNKNOWN, Role.INFO),
+EXCEPTION_TYPES: dict[str, tuple[Cause, Tier]] = {
+    "OutOfMemoryError": (_C.CUDA_OOM, Tier.ERROR),
+    "CUDAOutOfMemoryError": (_C.CUDA_OOM, Tier.ERROR),
+    "MemoryError": (_C.HOST_OOM, Tier.ERROR),
+    "_ArrayMemoryError": (_C.HOST_OOM, Tier.ERROR),
+    "AcceleratorError": (_C.CUDA_USER_ERROR, Tier.ERROR),
+    "DistBackendError": (_C.NETWORK, Tier.SYMPTOM),
+    "DistNetworkError": (_C.NETWORK, Tier.SYMPTOM),
+    "DistStoreError": (_C.NETWORK, Tier.SYMPTOM),
+    "DistError": (_C.NETWORK, Tier.SYMPTOM),
+    "RendezvousTimeoutError": (_C.NETWORK, Tier.SYMPTOM),
+    "RendezvousClosedError": (_C.NETWORK, Tier.SYMPTOM),
+    "RendezvousConnectionError": (_C.NETWORK, Tier.SYMPTOM),
+    "ConnectionResetError": (_C.NETWORK, Tier.SYMPTOM),
+    "ConnectionRefusedError": (_C.NETWORK, Tier.SYMPTOM),
+    "ConnectionAbortedError": (_C.NETWORK, Tier.SYMPTOM),
+    "KeyboardInterrupt": (_C.UNKNOWN, Tier.INFO),
+    "SystemExit": (_C.UNKNOWN, Tier.INFO),
+    "ChildFailedError": (_C.UNKNOWN, Tier.INFO),
 }

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 
 from slurm_triage.attribution.matcher import classify_exception
-from slurm_triage.attribution.signatures import Role
+from slurm_triage.attribution.tiers import Tier
 from slurm_triage.taxonomy import Cause
 
 HEADER = "Traceback (most recent call last):"
@@ -181,7 +181,7 @@ def _pick_root(chain: list[ExcLine]) -> ExcLine:
     """The first exception that names a real error; else the first that is not benign."""
     for exc in chain:
         cause, role, why = classify_exception(exc.exc_type, exc.message)
-        if role >= Role.ERROR and not (cause is Cause.USER_CODE and why.startswith("exception")):
+        if role >= Tier.ERROR and not (cause is Cause.USER_CODE and why.startswith("exception")):
             return exc
     for exc in chain:
         if exc.exc_type.rsplit(".", 1)[-1] not in _BENIGN:
@@ -237,7 +237,7 @@ def _earlier_chain(
         if own:
             return own[-1]
     for chain in reversed(chains):
-        if classify_exception(chain[0].exc_type, chain[0].message)[1] >= Role.ERROR:
+        if classify_exception(chain[0].exc_type, chain[0].message)[1] >= Tier.ERROR:
             return chain
     return chains[-1]
 

@@ -56,6 +56,12 @@ class NodeAction(StrEnum):
     DRAIN_RMA = "drain_rma"
     DRAIN_INSPECT = "drain_inspect"
 
+    @property
+    def drains_node(self) -> bool:
+        """The node leaves service now (then reset, reboot, RMA or a person's look); a plain
+        RESET_GPU waits for the GPU to be idle, WATCH and NONE leave the node in service."""
+        return self.value.startswith("drain_")
+
 
 @dataclass(frozen=True)
 class XidInfo:
@@ -72,6 +78,10 @@ class XidInfo:
     precedence: int = 0
     immediate: str = ""
     investigatory: str = ""
+
+    def drains_node(self) -> bool:
+        """This XID takes the node out of service now: node-fatal for every job on it."""
+        return self.node_action.drains_node
 
 
 _HW, _DRV, _APP, _SIDE = Origin.HARDWARE, Origin.DRIVER, Origin.APP, Origin.SIDE_EFFECT

@@ -21,7 +21,6 @@ from slurm_triage.evidence.facts import (
     SlurmState,
     Source,
     Stall,
-    parse_job_state,
     parse_signal,
     signal_name,
 )
@@ -36,6 +35,7 @@ from slurm_triage.evidence.record import (
     parse_record,
     record_to_json,
 )
+from slurm_triage.job_state import parse_job_state
 
 __all__ = [
     "FACT_TYPES",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
+from slurm_triage.job_state import JobState
 from slurm_triage.taxonomy import Cause
 
 
@@ -22,64 +23,6 @@ class Source(StrEnum):
 
     USER = "user"
     ROOT = "root"
-
-
-class JobState(StrEnum):
-    """Slurm job states (squeue/sacct long names); UNKNOWN for anything else."""
-
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    NODE_FAIL = "NODE_FAIL"
-    PREEMPTED = "PREEMPTED"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    BOOT_FAIL = "BOOT_FAIL"
-    DEADLINE = "DEADLINE"
-    REQUEUED = "REQUEUED"
-    REQUEUE_HOLD = "REQUEUE_HOLD"
-    SPECIAL_EXIT = "SPECIAL_EXIT"
-    LAUNCH_FAILED = "LAUNCH_FAILED"
-    RUNNING = "RUNNING"
-    PENDING = "PENDING"
-    SUSPENDED = "SUSPENDED"
-    UNKNOWN = "UNKNOWN"
-
-
-# squeue's compact codes, so `--state CA` works like `--state CANCELLED`.
-_STATE_CODES = {
-    "CD": JobState.COMPLETED,
-    "F": JobState.FAILED,
-    "CA": JobState.CANCELLED,
-    "TO": JobState.TIMEOUT,
-    "NF": JobState.NODE_FAIL,
-    "PR": JobState.PREEMPTED,
-    "OOM": JobState.OUT_OF_MEMORY,
-    "BF": JobState.BOOT_FAIL,
-    "DL": JobState.DEADLINE,
-    "RQ": JobState.REQUEUED,
-    "RH": JobState.REQUEUE_HOLD,
-    "SE": JobState.SPECIAL_EXIT,
-    "R": JobState.RUNNING,
-    "PD": JobState.PENDING,
-    "S": JobState.SUSPENDED,
-}
-
-
-def parse_job_state(text: str) -> tuple[JobState, int | None]:
-    """`"CANCELLED by 1234"` → (CANCELLED, 1234); ValueError naming the valid states."""
-    words = text.strip().split()
-    by_uid: int | None = None
-    if len(words) == 3 and words[1].lower() == "by" and words[2].isdigit():
-        by_uid = int(words[2])
-        words = words[:1]
-    name = words[0].upper().rstrip("+") if len(words) == 1 else ""
-    if name in _STATE_CODES:
-        return _STATE_CODES[name], by_uid
-    if name and name != "UNKNOWN" and name in JobState.__members__:
-        return JobState[name], by_uid
-    valid = ", ".join(s.value for s in JobState if s is not JobState.UNKNOWN)
-    raise ValueError(f"unknown Slurm job state {text!r} (valid: {valid}, or 'CANCELLED by UID')")
 
 
 def parse_signal(text: str) -> int:
@@ -214,7 +157,8 @@ class NvmlFact(Fact):
 
 
 class CheckStatus(StrEnum):
-    """A health check's verdict (the same closed set the health checks use)."""
+    """A health check's verdict: the one status type of health_checks.CheckResult and of
+    the HealthCheck facts made from it. A check that cannot decide is UNKNOWN, never OK."""
 
     OK = "OK"
     WARN = "WARN"

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_triage.atomic import write_atomically
 from slurm_triage.attribution.xid import APPLICATION_XIDS
 from slurm_triage.evidence import KernelEvent, KernelEventKind
 from slurm_triage.logs import get_logger
@@ -179,14 +179,5 @@ def claim_bursts(
         ]
         if new:
             claims = (claims + new)[-MAX_CLAIMS:]
-            _write(path, {"claims": [c.__dict__ for c in claims]})
+            write_atomically(path, json.dumps({"claims": [c.__dict__ for c in claims]}))
     return new
-
-
-def _write(path: Path, data: Mapping[str, object]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)

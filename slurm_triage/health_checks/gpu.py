@@ -113,7 +113,7 @@ def check_lost(facts: NvmlFacts, pci_bus_ids: Sequence[str], **_: Any) -> CheckR
     if (early := _nvml_unusable(name, facts)) is not None:
         return early
     for gpu in facts.gpus:
-        if gpu.error == "NVMLError_GpuIsLost":
+        if gpu.is_lost():
             return fail(
                 name,
                 f"{_label(gpu, pci_bus_ids)} GPU is lost (fell off the bus)",
@@ -122,7 +122,7 @@ def check_lost(facts: NvmlFacts, pci_bus_ids: Sequence[str], **_: Any) -> CheckR
                 gpu=gpu.index,
                 error=gpu.error,
             )
-        if gpu.error == "NVMLError_ResetRequired":
+        if gpu.requires_reset():
             return fail(
                 name,
                 f"{_label(gpu, pci_bus_ids)} GPU reset required",
@@ -131,7 +131,7 @@ def check_lost(facts: NvmlFacts, pci_bus_ids: Sequence[str], **_: Any) -> CheckR
                 gpu=gpu.index,
                 error=gpu.error,
             )
-        if gpu.error:
+        if gpu.is_unusable():
             return fail(
                 name,
                 f"{_label(gpu, pci_bus_ids)} unusable: {gpu.error}",
@@ -144,7 +144,7 @@ def check_lost(facts: NvmlFacts, pci_bus_ids: Sequence[str], **_: Any) -> CheckR
 
 
 def _usable(facts: NvmlFacts) -> list[GpuFacts]:
-    return [g for g in facts.gpus if g.error is None]
+    return [g for g in facts.gpus if not g.is_unusable()]
 
 
 def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckResult:
@@ -162,7 +162,7 @@ def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckR
             what, action = _RECOVERY[g.recovery_action]
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} recovery action: {what}",
+                f"{g.label} recovery action: {what}",
                 HIGH,
                 action,
                 gpu=g.index,
@@ -171,7 +171,7 @@ def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckR
         if g.ecc_volatile_uncorrected:
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} {g.ecc_volatile_uncorrected} uncorrectable ECC errors",
+                f"{g.label} {g.ecc_volatile_uncorrected} uncorrectable ECC errors",
                 HIGH,
                 Action.RESET_GPU,
                 gpu=g.index,
@@ -185,8 +185,7 @@ def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckR
         ):
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} uncorrectable ECC count rose "
-                f"{before}->{g.ecc_aggregate_uncorrected}",
+                f"{g.label} uncorrectable ECC count rose {before}->{g.ecc_aggregate_uncorrected}",
                 HIGH,
                 Action.RESET_GPU,
                 gpu=g.index,
@@ -194,7 +193,7 @@ def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckR
         if g.retired_pages_pending:
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} retired pages pending (reset)",
+                f"{g.label} retired pages pending (reset)",
                 LOW,
                 Action.RESET_GPU,
                 gpu=g.index,
@@ -216,24 +215,23 @@ def check_row_remap(facts: NvmlFacts, **_: Any) -> CheckResult:
         return skipped(name, "row remapping not supported (pre-Ampere, or MIG active)")
     for g in gpus:
         assert g.remap is not None
-        corrected, uncorrected, pending, failed = g.remap
-        if failed:
+        if g.remap.qualifies_for_rma():
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} row remap failure (RMA)",
+                f"{g.label} row remap failure (RMA)",
                 HIGH,
                 Action.RMA,
                 gpu=g.index,
-                uncorrected_rows=uncorrected,
+                uncorrected_rows=g.remap.uncorrected,
             )
-        if pending:
+        if g.remap.requires_reset():
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} row remap pending (reset GPU)",
+                f"{g.label} row remap pending (reset GPU)",
                 LOW,
                 Action.RESET_GPU,
                 gpu=g.index,
-                uncorrected_rows=uncorrected,
+                uncorrected_rows=g.remap.uncorrected,
             )
     return ok(name, "no pending or failed row remaps")
 
@@ -304,7 +302,7 @@ def _links_down(
         down = [link for link in range(len(g.nvlink_up or ())) if link not in up]
         return fail(
             name,
-            f"GPU{g.index} {g.bus_id} {len(up)} of {expected} NVLinks up",
+            f"{g.label} {len(up)} of {expected} NVLinks up",
             HIGH,
             Action.RESET_GPU,
             gpu=g.index,
@@ -318,7 +316,7 @@ def _links_down(
         return None
     return fail(
         name,
-        f"GPU{g.index} {g.bus_id} NVLink {down[0]} down (up at baseline)",
+        f"{g.label} NVLink {down[0]} down (up at baseline)",
         HIGH,
         Action.RESET_GPU,
         gpu=g.index,
@@ -353,20 +351,19 @@ def check_pcie(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> Check
     last = previous.get("pcie_replays", {})
     for g in gpus:
         assert g.pcie_width is not None
-        if g.pcie_width[0] < g.pcie_width[1]:
+        if g.pcie_width.below_maximum():
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} PCIe x{g.pcie_width[0]} below x{g.pcie_width[1]}",
+                f"{g.label} PCIe x{g.pcie_width.current} below x{g.pcie_width.maximum}",
                 LOW,
                 Action.DRAIN,
                 gpu=g.index,
             )
         busy = (g.utilization_pct or 0) >= 50
-        if busy and g.pcie_gen and g.pcie_gen[0] < g.pcie_gen[1]:
+        if busy and g.pcie_gen and g.pcie_gen.below_maximum():
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} PCIe gen{g.pcie_gen[0]} below "
-                f"gen{g.pcie_gen[1]} under load",
+                f"{g.label} PCIe gen{g.pcie_gen.current} below gen{g.pcie_gen.maximum} under load",
                 LOW,
                 Action.DRAIN,
                 gpu=g.index,
@@ -387,7 +384,7 @@ def check_thermal(facts: NvmlFacts, config: HealthConfig, **_: Any) -> CheckResu
         if slow:
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} {'+'.join(slow)}",
+                f"{g.label} {'+'.join(slow)}",
                 LOW,
                 Action.DRAIN,
                 gpu=g.index,
@@ -397,7 +394,7 @@ def check_thermal(facts: NvmlFacts, config: HealthConfig, **_: Any) -> CheckResu
         if g.temperature_c is not None and g.temperature_c > config.max_temperature_c:
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} at {g.temperature_c} C",
+                f"{g.label} at {g.temperature_c} C",
                 LOW,
                 Action.DRAIN,
                 gpu=g.index,
@@ -439,7 +436,7 @@ def check_processes(
         if g.processes:
             return fail(
                 name,
-                f"GPU{g.index} {g.bus_id} held by stray process(es) {list(g.processes)[:4]}",
+                f"{g.label} held by stray process(es) {list(g.processes)[:4]}",
                 HIGH,
                 Action.DRAIN_NOW,
                 gpu=g.index,

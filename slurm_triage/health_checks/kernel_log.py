@@ -24,7 +24,8 @@ from slurm_triage.health_checks.result import Action, CheckResult, Severity, fai
 
 MAX_KMSG_RECORDS = 200_000
 TAIL_BYTES = 8 << 20
-_DRAIN_ACTIONS = {
+# What a draining XID asks of the node, in the checks' terms.
+_CHECK_ACTION = {
     NodeAction.DRAIN_RESET: Action.RESET_GPU,
     NodeAction.DRAIN_REBOOT: Action.REBOOT,
     NodeAction.DRAIN_RMA: Action.RMA,
@@ -108,8 +109,8 @@ def _node_fault(event: KernelEvent) -> CheckResult | None:
     info = lookup(event.xid, event.detail)
     evidence = {"xid": event.xid, "pci_bus_id": bus, "meaning": info.meaning, "line": event.detail}
     reason = f"XID {event.xid} GPU {bus} {info.meaning}"
-    if info.node_action in _DRAIN_ACTIONS:
-        return fail(name, reason, Severity.HIGH, _DRAIN_ACTIONS[info.node_action], **evidence)
+    if info.drains_node():
+        return fail(name, reason, Severity.HIGH, _CHECK_ACTION[info.node_action], **evidence)
     if info.node_action is NodeAction.RESET_GPU:
         return fail(name, reason, Severity.LOW, Action.RESET_GPU, **evidence)
     if info.node_action is NodeAction.WATCH:

@@ -55,6 +55,37 @@ class DeviceGone(Exception):
 
 
 @dataclass(frozen=True)
+class RowRemap:
+    """nvmlDeviceGetRemappedRows: rows remapped for correctable and uncorrectable errors,
+    whether a remap waits for the next GPU reset, and whether one failed (NVIDIA's A100 GPU
+    memory error management: a failed remap makes the GPU an RMA candidate)."""
+
+    corrected: int
+    uncorrected: int
+    pending: bool
+    failed: bool
+
+    def requires_reset(self) -> bool:
+        """A remap is pending: it takes effect at the next GPU reset."""
+        return self.pending
+
+    def qualifies_for_rma(self) -> bool:
+        """A remap failed: the bank has no spare rows left, the GPU is to be replaced."""
+        return self.failed
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """A PCIe link property now and at its best (width in lanes, or generation)."""
+
+    current: int
+    maximum: int
+
+    def below_maximum(self) -> bool:
+        return self.current < self.maximum
+
+
+@dataclass(frozen=True)
 class GpuFacts:
     """What NVML said about one GPU. None means the feature is not supported here."""
 
@@ -67,12 +98,12 @@ class GpuFacts:
     ecc_volatile_uncorrected: int | None = None
     ecc_aggregate_uncorrected: int | None = None
     retired_pages_pending: bool | None = None
-    remap: tuple[int, int, bool, bool] | None = None  # (corrected, uncorrected, pending, failed)
+    remap: RowRemap | None = None
     recovery_action: int | None = None
     nvlink_up: tuple[bool, ...] | None = None
     nvlink_errors: int | None = None
-    pcie_width: tuple[int, int] | None = None  # (current, max)
-    pcie_gen: tuple[int, int] | None = None
+    pcie_width: PcieLink | None = None
+    pcie_gen: PcieLink | None = None
     pcie_replays: int | None = None
     utilization_pct: int | None = None
     temperature_c: int | None = None
@@ -82,7 +113,20 @@ class GpuFacts:
 
     @property
     def label(self) -> str:
+        """How reasons name it: `GPU3 00000000:5D:00.0` (NVML's index and bus id)."""
         return f"GPU{self.index} {self.bus_id or '?'}"
+
+    def is_lost(self) -> bool:
+        """NVML answers GPU-is-lost: the GPU fell off the bus (XID 79); a reboot is needed."""
+        return self.error == "NVMLError_GpuIsLost"
+
+    def requires_reset(self) -> bool:
+        """NVML answers reset-required: the GPU must be reset before it can be used."""
+        return self.error == "NVMLError_ResetRequired"
+
+    def is_unusable(self) -> bool:
+        """Any device-fatal NVML error (lost, reset required, and the others)."""
+        return self.error is not None
 
 
 @dataclass(frozen=True)
@@ -176,7 +220,7 @@ def _memory_facts(nv: Any, h: Any) -> dict[str, Any]:
         "retired_pages_pending": None if pending is None else pending == nv.NVML_FEATURE_ENABLED,
         "remap": None
         if remap is None
-        else (int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])),
+        else RowRemap(int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])),
         "recovery_action": _field(
             nv, h, _optional(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", RECOVERY_ACTION_FIELD)
         ),
@@ -216,10 +260,14 @@ def _link_facts(nv: Any, h: Any) -> dict[str, Any]:
     return {
         "nvlink_up": tuple(links) if links else None,
         "nvlink_errors": errors if links else None,
-        "pcie_width": width if None not in width else None,
-        "pcie_gen": gen if None not in gen else None,
+        "pcie_width": _link(*width),
+        "pcie_gen": _link(*gen),
         "pcie_replays": _call(nv.nvmlDeviceGetPcieReplayCounter, h),
     }
+
+
+def _link(current: int | None, maximum: int | None) -> PcieLink | None:
+    return None if current is None or maximum is None else PcieLink(current, maximum)
 
 
 def _state_facts(nv: Any, h: Any) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_triage.evidence import CheckStatus, HealthCheck, Source
+from slurm_triage.evidence import HealthCheck, Source
 from slurm_triage.health_checks import aer, gpu, host, infiniband, kernel_log, mounts
-from slurm_triage.health_checks.result import CheckResult, Status
+from slurm_triage.health_checks.result import CheckResult
 from slurm_triage.taxonomy import Cause
 
 
@@ -187,15 +187,6 @@ def describe() -> list[dict[str, Any]]:
     return [{"check": s.name, "prolog": s.prolog, "summary": s.summary} for s in CHECKS]
 
 
-_FACT_STATUS = {
-    Status.OK: CheckStatus.OK,
-    Status.WARN: CheckStatus.WARN,
-    Status.FAIL: CheckStatus.FAIL,
-    Status.UNKNOWN: CheckStatus.UNKNOWN,
-    Status.SKIPPED: CheckStatus.SKIPPED,
-}
-
-
 def health_fact(result: CheckResult, node: str, when: float) -> HealthCheck:
     """A check's result as root's evidence for a job end: a failure names its spec's cause."""
     spec = BY_NAME.get(result.check)
@@ -205,7 +196,7 @@ def health_fact(result: CheckResult, node: str, when: float) -> HealthCheck:
         time=when,
         source=Source.ROOT,
         check=result.check,
-        status=_FACT_STATUS[result.status],
+        status=result.status,
         reason=result.reason,
         cause=cause,
     )

@@ -7,22 +7,12 @@ reason and evidence) for `slurm-triage check` and for a person on the node.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from slurm_triage.atomic import write_atomically
 from slurm_triage.config import Config
 from slurm_triage.health_checks.result import RunReport
 from slurm_triage.logs import get_logger
-
-
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def save_report(config: Config, report: RunReport) -> None:

@@ -12,13 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-
-class Status(enum.StrEnum):
-    OK = "OK"
-    WARN = "WARN"
-    FAIL = "FAIL"
-    UNKNOWN = "UNKNOWN"
-    SKIPPED = "SKIPPED"
+from slurm_triage.evidence.facts import CheckStatus
 
 
 class Severity(enum.StrEnum):
@@ -42,10 +36,10 @@ class Action(enum.StrEnum):
     REBOOT = "reboot"
     RMA = "rma"
 
-
-DRAINING_ACTIONS = frozenset(
-    {Action.DRAIN, Action.DRAIN_NOW, Action.RESET_GPU, Action.REBOOT, Action.RMA}
-)
+    @property
+    def drains(self) -> bool:
+        """A failed check asking for this takes the node out of service (Slurm's DRAIN)."""
+        return self not in (Action.NONE, Action.WATCH)
 
 
 @dataclass(frozen=True)
@@ -54,7 +48,7 @@ class CheckResult:
     reason after our prefix; `evidence` holds the facts it relied on (JSON-able)."""
 
     check: str
-    status: Status
+    status: CheckStatus
     severity: Severity = Severity.NONE
     reason: str = ""
     evidence: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -67,11 +61,11 @@ class CheckResult:
 
     @property
     def failed(self) -> bool:
-        return self.status is Status.FAIL
+        return self.status is CheckStatus.FAIL
 
     @property
     def wants_drain(self) -> bool:
-        return self.failed and self.action in DRAINING_ACTIONS
+        return self.failed and self.action.drains
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,25 +80,25 @@ class CheckResult:
 
 
 def ok(check: str, reason: str = "", **evidence: Any) -> CheckResult:
-    return CheckResult(check, Status.OK, reason=reason, evidence=evidence)
+    return CheckResult(check, CheckStatus.OK, reason=reason, evidence=evidence)
 
 
 def fail(
     check: str, reason: str, severity: Severity, action: Action, **evidence: Any
 ) -> CheckResult:
-    return CheckResult(check, Status.FAIL, severity, reason, evidence, action)
+    return CheckResult(check, CheckStatus.FAIL, severity, reason, evidence, action)
 
 
 def warn(check: str, reason: str, **evidence: Any) -> CheckResult:
-    return CheckResult(check, Status.WARN, Severity.LOW, reason, evidence, Action.WATCH)
+    return CheckResult(check, CheckStatus.WARN, Severity.LOW, reason, evidence, Action.WATCH)
 
 
 def unknown(check: str, reason: str, **evidence: Any) -> CheckResult:
-    return CheckResult(check, Status.UNKNOWN, reason=reason, evidence=evidence)
+    return CheckResult(check, CheckStatus.UNKNOWN, reason=reason, evidence=evidence)
 
 
 def skipped(check: str, reason: str) -> CheckResult:
-    return CheckResult(check, Status.SKIPPED, reason=reason)
+    return CheckResult(check, CheckStatus.SKIPPED, reason=reason)
 
 
 @dataclass(frozen=True)
@@ -125,7 +119,10 @@ class RunReport:
     @property
     def all_passed(self) -> bool:
         """Every check decided and none failed (SKIPPED and WARN pass; UNKNOWN does not)."""
-        return all(r.status in (Status.OK, Status.WARN, Status.SKIPPED) for r in self.results)
+        return all(
+            r.status in (CheckStatus.OK, CheckStatus.WARN, CheckStatus.SKIPPED)
+            for r in self.results
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from slurm_triage.atomic import write_atomically
 from slurm_triage.config import Config, HealthConfig, node_path
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
 from slurm_triage.gpu_ids import JobScope
@@ -25,7 +26,7 @@ from slurm_triage.health_checks import aer, app_xids, gpu, infiniband, kernel_lo
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.registry import CheckSpec
-from slurm_triage.health_checks.result import CheckResult, RunReport, Severity, Status, unknown
+from slurm_triage.health_checks.result import CheckResult, CheckStatus, RunReport, Severity, unknown
 from slurm_triage.logs import get_logger
 from slurm_triage.nvml import nvml_module, read_pci_gpus
 
@@ -141,8 +142,10 @@ def _with_seconds(result: CheckResult, seconds: float) -> CheckResult:
 
 def _node_passed_with(results: Sequence[CheckResult], check: str) -> bool:
     """Every check passed and `check` itself ran and was OK (not merely skipped or warned)."""
-    passed = all(r.status in (Status.OK, Status.WARN, Status.SKIPPED) for r in results)
-    return passed and any(r.check == check and r.status is Status.OK for r in results)
+    passed = all(
+        r.status in (CheckStatus.OK, CheckStatus.WARN, CheckStatus.SKIPPED) for r in results
+    )
+    return passed and any(r.check == check and r.status is CheckStatus.OK for r in results)
 
 
 @dataclass
@@ -215,10 +218,7 @@ class Run:
             }
         path = _state_path(self.config, self.node)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"node": self.node, "counters": counters}))
-            os.replace(tmp, path)
+            write_atomically(path, json.dumps({"node": self.node, "counters": counters}))
         except OSError as exc:
             # Without a state dir "rising" is judged against nothing next time; never fatal.
             get_logger().warning("health_counters_unsaved", path=str(path), error=str(exc))

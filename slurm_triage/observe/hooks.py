@@ -155,9 +155,10 @@ def after_decision(
 
 
 def write_controller_textfile(config: Config, journal: Journal) -> None:
+    from slurm_triage.atomic import write_atomically
     from slurm_triage.observe.controller import controller_families, read_facts
     from slurm_triage.observe.exposition import prometheus_text
-    from slurm_triage.observe.textfile import locked, write_atomically
+    from slurm_triage.observe.textfile import locked
 
     path = Path(config.metrics.controller_textfile)
     with locked(path):

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurm_triage.atomic import write_atomically
 from slurm_triage.config import Config
 from slurm_triage.observe import notify
 from slurm_triage.observe.exposition import prometheus_text
@@ -31,7 +32,7 @@ from slurm_triage.observe.node_ledger import (
     node_families,
     read_ledger,
 )
-from slurm_triage.observe.textfile import locked, write_atomically
+from slurm_triage.observe.textfile import locked
 
 if TYPE_CHECKING:
     from slurm_triage.health_checks.result import RunReport

@@ -30,7 +30,7 @@ from slurm_triage.evidence import (
 from slurm_triage.evidence.store import write_root_record
 from slurm_triage.health_checks import app_xids, registry
 from slurm_triage.health_checks.kernel_log import read_kernel_events
-from slurm_triage.health_checks.result import Status
+from slurm_triage.health_checks.result import CheckStatus
 from slurm_triage.health_checks.runner import FactError, FactSources, Run
 from slurm_triage.logs import get_logger
 from slurm_triage.observe import hooks as observe
@@ -91,7 +91,7 @@ def nvml_facts(config: Config, node: str, now: float) -> list[Fact]:
         ]
     facts: list[Fact] = []
     for gpu in nvml.gpus:
-        if gpu.error == "NVMLError_GpuIsLost":
+        if gpu.is_lost():
             facts.append(
                 NvmlFact(
                     node=node,
@@ -101,7 +101,7 @@ def nvml_facts(config: Config, node: str, now: float) -> list[Fact]:
                     gpu=str(gpu.index),
                 )
             )
-        elif gpu.error == "NVMLError_ResetRequired":
+        elif gpu.requires_reset():
             facts.append(
                 NvmlFact(
                     node=node,
@@ -145,7 +145,7 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
         facts += [
             registry.health_fact(r, end.node, now)
             for r in report.results
-            if r.status is not Status.SKIPPED
+            if r.status is not CheckStatus.SKIPPED
         ]
     return EvidenceRecord(
         job_id=str(end.job_id),

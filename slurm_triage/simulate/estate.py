@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from slurm_triage.atomic import write_atomically
 from slurm_triage.errors import TriageError
 from slurm_triage.simulate import driver_log, sysfs
 
@@ -224,11 +224,7 @@ class NodeEstate:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=1)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=1))
 
 
 def inject(

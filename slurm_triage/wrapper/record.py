@@ -8,16 +8,15 @@ dot), fsync, rename, fsync of the directory; a reader sees the whole record or n
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
 import stat
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_triage.atomic import write_atomically
 from slurm_triage.attribution import decode_tail, scan_lines
 from slurm_triage.evidence import (
     EvidenceRecord,
@@ -146,22 +145,9 @@ def write_record(evidence_dir: str | os.PathLike[str], identity: StepIdentity, d
     job_dir = _job_dir(Path(evidence_dir), identity.job_id)
     final = job_dir / identity.record_name
     try:
-        fd, tmp = tempfile.mkstemp(dir=job_dir, prefix=f".{identity.record_name}.", suffix=".tmp")
+        write_atomically(final, data, mode=RECORD_MODE)
     except OSError as exc:
-        raise RecordError(f"cannot write in {job_dir}: {exc.strerror}") from None
-    try:
-        try:
-            os.fchmod(fd, RECORD_MODE)
-            _write_fd(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise RecordError(f"cannot write {final}: {exc.strerror}") from None
-    _fsync_dir(job_dir)
     return final
 
 
@@ -184,18 +170,3 @@ def _job_dir(evidence_dir: Path, job_id: str) -> Path:
     if info.st_uid not in (os.geteuid(), 0):
         raise RecordError(f"{path} belongs to uid {info.st_uid}, not to us")
     return path
-
-
-def _write_fd(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -274,14 +274,9 @@ def node_fatal(fact: NvmlFact) -> bool:
     if fact.condition in (NvmlCondition.GPU_LOST, NvmlCondition.ECC_UNCORRECTED):
         return True
     if fact.condition is NvmlCondition.XID_EVENT and fact.value is not None:
-        from slurm_triage.attribution.xid import NodeAction, lookup
+        from slurm_triage.attribution.xid import lookup
 
-        return lookup(fact.value).node_action in (
-            NodeAction.DRAIN_RESET,
-            NodeAction.DRAIN_REBOOT,
-            NodeAction.DRAIN_RMA,
-            NodeAction.DRAIN_INSPECT,
-        )
+        return lookup(fact.value).drains_node()
     return False
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from slurm_triage.config import Config
 from slurm_triage.health_checks import app_xids, kernel_log, registry
-from slurm_triage.health_checks.result import Action, Severity, Status
+from slurm_triage.health_checks.result import Action, CheckStatus, Severity
 from slurm_triage.health_checks.runner import Run
 from slurm_triage.prolog_epilog.epilog import JobEnd, claim_app_xids
 from slurm_triage.simulate import driver_log
@@ -27,7 +27,7 @@ def node(tmp_path: Path) -> tuple[Config, NodeEstate]:
     return config, NodeEstate(Path(config.health.simulate_root), "node2").ensure()
 
 
-def xid_check(config: Config) -> tuple[Status, str, dict[str, object]]:
+def xid_check(config: Config) -> tuple[CheckStatus, str, dict[str, object]]:
     (result,) = Run(config, registry.select(["gpu.xid"], False), node="node2").execute().results
     return result.status, result.reason, dict(result.evidence)
 
@@ -64,7 +64,7 @@ def test_one_user_fault_does_not_drain(node) -> None:  # type: ignore[no-untyped
     config, estate = node
     inject(estate, "xid", 13, gpu=0)
     status, _, evidence = xid_check(config)
-    assert status is Status.OK
+    assert status is CheckStatus.OK
     assert evidence["app_xid_bursts"] == 1
 
 
@@ -75,10 +75,10 @@ def test_one_job_restarting_its_workers_is_one_job(node) -> None:  # type: ignor
     started = now - 500
     for i in range(3):
         fault(estate, now - 400 + 120 * i, pid=5000 + i)
-    assert xid_check(config)[0] is Status.OK  # running: not claimed yet, one job at most
+    assert xid_check(config)[0] is CheckStatus.OK  # running: not claimed yet, one job at most
     job_ends(config, estate, 70, started, now)
     status, _, evidence = xid_check(config)
-    assert status is Status.OK and evidence["app_xid_bursts"] == 3
+    assert status is CheckStatus.OK and evidence["app_xid_bursts"] == 3
 
 
 def test_three_jobs_faulting_on_one_gpu_drain_it(node) -> None:  # type: ignore[no-untyped-def]
@@ -90,7 +90,7 @@ def test_three_jobs_faulting_on_one_gpu_drain_it(node) -> None:  # type: ignore[
         fault(estate, start + 20, pid=6000 + i)
         job_ends(config, estate, job, start, start + 60)
     status, reason, evidence = xid_check(config)
-    assert status is Status.FAIL
+    assert status is CheckStatus.FAIL
     assert reason == f"application XIDs on GPU {GPU0} from 3 jobs"
     assert evidence["faults"] == ["job:70", "job:71", "job:72"]
     (result,) = Run(config, registry.select(["gpu.xid"], False), node="node2").execute().results
@@ -108,7 +108,7 @@ def test_two_jobs_and_the_running_one_are_three(node) -> None:  # type: ignore[n
     fault(estate, now - 30, pid=7000)
     fault(estate, now - 10, pid=7001)
     status, _, evidence = xid_check(config)
-    assert status is Status.FAIL
+    assert status is CheckStatus.FAIL
     assert evidence["faults"] == ["job:70", "job:71", app_xids.UNCLAIMED]
 
 
@@ -143,4 +143,4 @@ def test_a_long_burst_does_not_hide_the_fatal_xid_after_it(node) -> None:  # typ
         estate.kernel_line(line, now + n * 0.001)
     inject(estate, "xid", 79, gpu=3)
     status, reason, _ = xid_check(config)
-    assert status is Status.FAIL and reason.startswith("XID 79 GPU 0000:5d:00")
+    assert status is CheckStatus.FAIL and reason.startswith("XID 79 GPU 0000:5d:00")

@@ -328,3 +328,16 @@ def test_attribute_is_total_bounded_and_order_independent(facts, rng):
     rng.shuffle(shuffled)
     again = attribute(shuffled)
     assert (again.cause, again.nodes) == (result.cause, result.nodes)
+
+
+def test_one_tier_scale_for_signatures_and_findings() -> None:
+    """A signature's tier and a finding's tier are the same scale: a user-named hardware
+    fault (INFRA) sits between a job's real error and Slurm's own decision."""
+    from slurm_triage.attribution.findings import findings_for
+    from slurm_triage.attribution.signatures import BY_NAME
+    from slurm_triage.attribution.tiers import Tier
+
+    assert BY_NAME["slurm.time_limit"].role is Tier.SCHEDULER
+    assert Tier.ERROR < Tier.INFRA < Tier.HANG < Tier.SCHEDULER < Tier.ROOT_HW
+    stall = findings_for(Stall(node="n1", idle_s=900.0), 0)
+    assert [f.tier for f in stall] == [Tier.HANG]

@@ -260,3 +260,14 @@ def test_an_empty_job_id_is_refused():
     doc["job_id"] = ""
     with pytest.raises(EvidenceError, match="job_id must not be empty"):
         parse_record(json.dumps(doc).encode())
+
+
+def test_the_door_and_the_evidence_share_one_job_state() -> None:
+    """One JobState: what the door reads is what a SlurmState fact holds, so the decision
+    passes Slurm's state through without turning it into text and back."""
+    from slurm_triage import slurm
+
+    assert JobState is slurm.JobState
+    assert parse_job_state("CG") == (JobState.COMPLETING, None)
+    assert JobState.parse("CANCELLED by 0") is JobState.CANCELLED
+    assert JobState.LAUNCH_FAILED.shown_base is JobState.LAUNCH_FAILED

@@ -21,7 +21,7 @@ from slurm_triage.config import Config, DecisionConfig, HealthConfig, PathsConfi
 from slurm_triage.evidence import EvidenceRecord, Source, record_to_json, store
 from slurm_triage.health_checks import gpu
 from slurm_triage.health_checks.nvml_facts import read_nvml
-from slurm_triage.health_checks.result import Status
+from slurm_triage.health_checks.result import CheckStatus
 from slurm_triage.journal import Journal, JournalError
 from slurm_triage.prolog_epilog.decide import decide_from_env
 from slurm_triage.simulate.estate import NodeEstate, inject
@@ -77,7 +77,7 @@ def test_every_nvml_init_error_class_is_handled(tmp_path: Path, code: int) -> No
     facts = read_nvml(FakeNvml(estate.nvml_state))
     assert facts.init_error == type(pynvml.NVMLError(code)).__name__
     result = gpu.check_count(facts=facts, pci_bus_ids=(), config=HealthConfig())
-    assert result.status is Status.FAIL
+    assert result.status is CheckStatus.FAIL
 
 
 def _fake_slurm(bin_dir: Path, body: str) -> SlurmConfig:

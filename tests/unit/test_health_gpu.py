@@ -8,8 +8,8 @@ import pytest
 
 from slurm_triage.config import HealthConfig
 from slurm_triage.health_checks import gpu
-from slurm_triage.health_checks.nvml_facts import GpuFacts, NvmlFacts
-from slurm_triage.health_checks.result import Action, Severity, Status
+from slurm_triage.health_checks.nvml_facts import GpuFacts, NvmlFacts, PcieLink, RowRemap
+from slurm_triage.health_checks.result import Action, CheckStatus, Severity
 
 CONFIG = HealthConfig()
 PCI = tuple(f"0000:{b}:00.0" for b in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db"))
@@ -23,12 +23,12 @@ def healthy_gpu(index: int) -> GpuFacts:
         ecc_volatile_uncorrected=0,
         ecc_aggregate_uncorrected=0,
         retired_pages_pending=None,
-        remap=(0, 0, False, False),
+        remap=RowRemap(0, 0, False, False),
         recovery_action=0,
         nvlink_up=(True,) * 18,
         nvlink_errors=0,
-        pcie_width=(16, 16),
-        pcie_gen=(5, 5),
+        pcie_width=PcieLink(16, 16),
+        pcie_gen=PcieLink(5, 5),
         pcie_replays=0,
         utilization_pct=0,
         temperature_c=35,
@@ -72,7 +72,7 @@ ALL_GPU_CHECKS = [
 @pytest.mark.parametrize("check", ALL_GPU_CHECKS)
 def test_healthy_node_passes_every_check(check) -> None:  # type: ignore[no-untyped-def]
     """Eight healthy H100s pass every gpu.* check."""
-    assert run(check, node()).status is Status.OK
+    assert run(check, node()).status is CheckStatus.OK
 
 
 @pytest.mark.parametrize(
@@ -88,13 +88,13 @@ def test_nvml_init_errors_fail_count_and_make_others_unknown(error: str, reason:
     facts = NvmlFacts(error, 9, None, ())
     result = run(gpu.check_count, facts)
     assert (result.status, result.severity, result.action) == (
-        Status.FAIL,
+        CheckStatus.FAIL,
         Severity.HIGH,
         Action.DRAIN_NOW,
     )
     assert reason in result.reason
     for check in ALL_GPU_CHECKS[1:-1]:
-        assert run(check, facts).status is Status.UNKNOWN
+        assert run(check, facts).status is CheckStatus.UNKNOWN
 
 
 def test_count_missing_gpu_and_gpu_invisible_to_driver() -> None:
@@ -115,7 +115,7 @@ def test_count_skipped_when_no_gpus_expected() -> None:
     result = run(
         gpu.check_count, NvmlFacts(None, None, "x", ()), config=replace(CONFIG, expected_gpus=0)
     )
-    assert result.status is Status.SKIPPED
+    assert result.status is CheckStatus.SKIPPED
 
 
 def test_lost_gpu_named_by_pci_order() -> None:
@@ -144,7 +144,7 @@ def test_ecc_volatile_uncorrected_fails_high() -> None:
 def test_ecc_historic_aggregate_warns_and_rising_fails() -> None:
     """Old aggregate errors only warn; a rise since the last run fails."""
     facts = node((4, {"ecc_aggregate_uncorrected": 3}))
-    assert run(gpu.check_ecc, facts).status is Status.WARN
+    assert run(gpu.check_ecc, facts).status is CheckStatus.WARN
     rising = run(gpu.check_ecc, facts, previous={"ecc_aggregate": {"4": 2}})
     assert rising.failed and "rose 2->3" in rising.reason
 
@@ -174,17 +174,17 @@ def test_ecc_not_supported_is_skipped() -> None:
             for i in range(8)
         ),
     )
-    assert run(gpu.check_ecc, facts).status is Status.SKIPPED
+    assert run(gpu.check_ecc, facts).status is CheckStatus.SKIPPED
 
 
 def test_row_remap_pending_low_failure_high_unsupported_skipped() -> None:
     """Pending remap: drain and reset (low); failed remap: RMA (high); pre-Ampere: SKIPPED."""
-    pending = run(gpu.check_row_remap, node((5, {"remap": (0, 1, True, False)})))
+    pending = run(gpu.check_row_remap, node((5, {"remap": RowRemap(0, 1, True, False)})))
     assert (pending.severity, pending.action) == (Severity.LOW, Action.RESET_GPU)
-    failed = run(gpu.check_row_remap, node((5, {"remap": (0, 512, False, True)})))
+    failed = run(gpu.check_row_remap, node((5, {"remap": RowRemap(0, 512, False, True)})))
     assert (failed.severity, failed.action) == (Severity.HIGH, Action.RMA)
     old = NvmlFacts(None, None, "x", tuple(replace(g, remap=None) for g in node().gpus))
-    assert run(gpu.check_row_remap, old).status is Status.SKIPPED
+    assert run(gpu.check_row_remap, old).status is CheckStatus.SKIPPED
 
 
 ALL_UP = {f"GPU-{i}": list(range(18)) for i in range(8)}  # healthy_gpu's uuids, 18 links
@@ -204,7 +204,7 @@ def test_nvlink_down_fails_against_the_baseline_and_rising_errors_warn() -> None
     rising = run(
         gpu.check_nvlink, node((6, {"nvlink_errors": 50})), previous={"nvlink_errors": {"6": 10}}
     )
-    assert rising.status is Status.WARN
+    assert rising.status is CheckStatus.WARN
 
 
 H100_PCIE_BRIDGED = tuple(link not in (4, 5, 10, 11, 16, 17) for link in range(18))
@@ -219,10 +219,10 @@ def test_inactive_links_of_pcie_boards_pass(links: tuple[bool, ...]) -> None:
     """H100 PCIe boards list 18 links and leave 6 (bridged) or all (no bridges) inactive:
     with no baseline yet, or against a baseline of the same board, that passes."""
     facts = node(*((i, {"nvlink_up": links}) for i in range(8)))
-    assert run(gpu.check_nvlink, facts).status is Status.OK
+    assert run(gpu.check_nvlink, facts).status is CheckStatus.OK
     baseline = gpu.nvlink_baseline(facts, {}, node_healthy=True)
     again = run(gpu.check_nvlink, facts, previous={gpu.NVLINK_BASELINE_KEY: baseline})
-    assert again.status is Status.OK
+    assert again.status is CheckStatus.OK
 
 
 def test_nvlinks_per_gpu_sets_the_count() -> None:
@@ -233,16 +233,16 @@ def test_nvlinks_per_gpu_sets_the_count() -> None:
     assert sxm.failed and "GPU2" in sxm.reason and "17 of 18" in sxm.reason
     pcie = node(*((i, {"nvlink_up": H100_PCIE_BRIDGED}) for i in range(8)))
     assert run(gpu.check_nvlink, pcie, config=replace(CONFIG, nvlinks_per_gpu=12)).status is (
-        Status.OK
+        CheckStatus.OK
     )
     off = run(gpu.check_nvlink, one_down, config=replace(CONFIG, nvlinks_per_gpu=0))
-    assert off.status is Status.SKIPPED
+    assert off.status is CheckStatus.SKIPPED
 
 
 def test_without_a_baseline_a_gpu_behind_its_peers_warns() -> None:
     """No baseline yet: a GPU with fewer links up than its peers warns (never drains)."""
     result = run(gpu.check_nvlink, node((2, {"nvlink_up": (True,) * 17 + (False,)})))
-    assert result.status is Status.WARN and "GPU2 has 17 NVLinks up" in result.reason
+    assert result.status is CheckStatus.WARN and "GPU2 has 17 NVLinks up" in result.reason
 
 
 def test_baseline_only_grows_when_the_node_passed() -> None:
@@ -258,10 +258,10 @@ def test_baseline_only_grows_when_the_node_passed() -> None:
 
 def test_pcie_width_fails_but_idle_gen_does_not() -> None:
     """A narrower link fails; a lower generation only counts when the GPU is busy."""
-    assert run(gpu.check_pcie, node((0, {"pcie_width": (8, 16)}))).failed
-    idle = run(gpu.check_pcie, node((0, {"pcie_gen": (1, 5), "utilization_pct": 0})))
-    assert idle.status is Status.OK
-    busy = run(gpu.check_pcie, node((0, {"pcie_gen": (3, 5), "utilization_pct": 95})))
+    assert run(gpu.check_pcie, node((0, {"pcie_width": PcieLink(8, 16)}))).failed
+    idle = run(gpu.check_pcie, node((0, {"pcie_gen": PcieLink(1, 5), "utilization_pct": 0})))
+    assert idle.status is CheckStatus.OK
+    busy = run(gpu.check_pcie, node((0, {"pcie_gen": PcieLink(3, 5), "utilization_pct": 95})))
     assert busy.failed and "under load" in busy.reason
 
 
@@ -272,17 +272,39 @@ def test_thermal_slowdown_and_temperature() -> None:
     hot = run(gpu.check_thermal, node((7, {"temperature_c": 95})))
     assert hot.failed and "95 C" in hot.reason
     power_cap = run(gpu.check_thermal, node((7, {"clock_reasons": 0x4})))
-    assert power_cap.status is Status.OK  # SwPowerCap is normal under load
+    assert power_cap.status is CheckStatus.OK  # SwPowerCap is normal under load
 
 
 def test_stray_processes_fail_only_in_prolog() -> None:
     """A compute process on a GPU before a job fails the prolog; cron skips the check."""
     facts = node((1, {"processes": (4242,)}))
     assert run(gpu.check_processes, facts, mode="prolog").failed
-    assert run(gpu.check_processes, facts, mode="cron").status is Status.SKIPPED
+    assert run(gpu.check_processes, facts, mode="cron").status is CheckStatus.SKIPPED
 
 
 def test_counters_remember_cumulative_values() -> None:
     """The counters saved for the next run carry each GPU's cumulative values."""
     saved = gpu.counters(node((2, {"nvlink_errors": 7, "pcie_replays": 3})))
     assert saved["nvlink_errors"]["2"] == 7 and saved["pcie_replays"]["2"] == 3
+
+
+def test_gpu_facts_answer_by_predicate() -> None:
+    """Lost, reset-required and pending or failed remaps are asked of the facts, not read
+    from NVML's error names or a tuple's positions."""
+    lost = GpuFacts(index=1, error="NVMLError_GpuIsLost")
+    reset = GpuFacts(index=1, error="NVMLError_ResetRequired")
+    assert lost.is_lost() and not lost.requires_reset() and lost.is_unusable()
+    assert reset.requires_reset() and not reset.is_lost() and reset.is_unusable()
+    assert not healthy_gpu(1).is_unusable()
+    assert RowRemap(0, 1, True, False).requires_reset()
+    assert not RowRemap(0, 1, True, False).qualifies_for_rma()
+    assert RowRemap(0, 512, False, True).qualifies_for_rma()
+    assert PcieLink(8, 16).below_maximum() and not PcieLink(16, 16).below_maximum()
+
+
+def test_reasons_name_a_gpu_without_a_bus_id_with_a_question_mark() -> None:
+    """A GPU whose bus id NVML did not give is `GPU5 ?` in a reason, never `GPU5 None`."""
+    failed = run(
+        gpu.check_row_remap, node((5, {"bus_id": None, "remap": RowRemap(0, 9, False, True)}))
+    )
+    assert failed.reason.startswith("GPU5 ? row remap failure")

@@ -10,7 +10,7 @@ import pytest
 
 from slurm_triage.config import Config
 from slurm_triage.health_checks import gpu
-from slurm_triage.health_checks.result import CheckResult, Status
+from slurm_triage.health_checks.result import CheckResult, CheckStatus
 from slurm_triage.simulate.estate import NodeEstate, inject
 from tests.unit.test_health_runner import run, sim_config
 
@@ -51,7 +51,7 @@ def test_link_up_at_baseline_going_down_fails_on_pcie(config: Config) -> None:
     """Once a PCIe node passed, one of its active links going down fails gpu.nvlink, while
     its by-design inactive links never do."""
     estate = _estate(config, "pcie")
-    assert _nvlink(config).status is Status.OK
+    assert _nvlink(config).status is CheckStatus.OK
     assert _baseline(config)["GPU-5e1a0003-sim0-4a4a-9c9c-000000000003"] == [
         0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15
     ]  # fmt: skip
@@ -75,10 +75,10 @@ def test_no_baseline_is_learnt_from_a_node_with_a_link_behind(config: Config) ->
     once repaired and passing, the full set becomes the baseline and a later loss fails."""
     estate = _estate(config, "sxm")
     inject(estate, "nvlink_down", 5, gpu=4)
-    assert _nvlink(config).status is Status.WARN
+    assert _nvlink(config).status is CheckStatus.WARN
     assert _baseline(config) == {}
     inject(estate, "clear")
-    assert _nvlink(config).status is Status.OK
+    assert _nvlink(config).status is CheckStatus.OK
     assert all(links == list(range(18)) for links in _baseline(config).values())
     inject(estate, "nvlink_down", 5, gpu=4)
     assert _nvlink(config).failed

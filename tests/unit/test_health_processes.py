@@ -10,7 +10,7 @@ import pytest
 from slurm_triage.config import Config
 from slurm_triage.gpu_ids import JobScope, job_scope
 from slurm_triage.health_checks import registry
-from slurm_triage.health_checks.result import CheckResult, Status
+from slurm_triage.health_checks.result import CheckResult, CheckStatus
 from slurm_triage.health_checks.runner import Run
 from slurm_triage.prolog_epilog import prolog
 from slurm_triage.simulate.estate import NodeEstate
@@ -42,7 +42,7 @@ def _prolog_processes(config: Config, env: dict[str, str]) -> CheckResult:
 def test_job_on_free_gpus_of_a_shared_node_passes(config: Config, shared_node: NodeEstate) -> None:
     """Job B's Prolog for GPUs 4-7 passes while job A holds 0-3 (it drained the node)."""
     result = _prolog_processes(config, {"SLURM_JOB_GPUS": "4,5,6,7"})
-    assert result.status is Status.OK, result.reason
+    assert result.status is CheckStatus.OK, result.reason
     assert "the job's 4 GPUs" in result.reason
 
 
@@ -57,7 +57,7 @@ def test_gpuless_job_on_a_shared_node_is_not_judged(
 ) -> None:
     """A job Slurm gave no GPUs has nothing to lose to job A's processes: SKIPPED. When it
     has the node to itself (SLURM_JOB_OVERSUBSCRIBE=NO) every GPU is looked at."""
-    assert _prolog_processes(config, {}).status is Status.SKIPPED
+    assert _prolog_processes(config, {}).status is CheckStatus.SKIPPED
     exclusive = _prolog_processes(config, {"SLURM_JOB_OVERSUBSCRIBE": "NO"})
     assert exclusive.failed and "GPU0" in exclusive.reason
 
@@ -73,7 +73,7 @@ def test_minor_number_order_picks_the_jobs_device(config: Config, shared_node: N
     held = _prolog_processes(minor, {"SLURM_JOB_GPUS": "0"})
     assert held.failed and held.reason.startswith("GPU2 ")
     free = _prolog_processes(minor, {"SLURM_JOB_GPUS": "2"})  # /dev/nvidia2: position 4
-    assert free.status is Status.OK
+    assert free.status is CheckStatus.OK
 
 
 def test_job_scope_from_the_prolog_environment() -> None:

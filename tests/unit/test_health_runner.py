@@ -10,7 +10,7 @@ import pytest
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig
 from slurm_triage.health_checks import registry
-from slurm_triage.health_checks.result import RunReport, Status
+from slurm_triage.health_checks.result import CheckStatus, RunReport
 from slurm_triage.health_checks.runner import Run
 from slurm_triage.policies.nodes import NodeOutcome, decide_node
 from slurm_triage.simulate.estate import MOUNTS, NodeEstate, inject
@@ -64,9 +64,9 @@ def test_hung_nvml_makes_gpu_checks_unknown_within_timeout(setup) -> None:  # ty
     assert time.monotonic() - started < 3
     statuses = {r.check: r.status for r in report.results}
     assert statuses == {
-        "gpu.count": Status.UNKNOWN,
-        "gpu.ecc": Status.UNKNOWN,
-        "ib.ports": Status.OK,
+        "gpu.count": CheckStatus.UNKNOWN,
+        "gpu.ecc": CheckStatus.UNKNOWN,
+        "ib.ports": CheckStatus.OK,
     }
     assert "timed out" in report.results[0].reason
     assert not report.all_passed
@@ -77,7 +77,7 @@ def test_crashing_fact_source_is_unknown(tmp_path: Path) -> None:
     config = sim_config(tmp_path, mountinfo=str(tmp_path / "nope"))
     NodeEstate(Path(config.health.simulate_root), "node2").ensure()
     (result,) = run(config, ("fs.mounts",)).results
-    assert result.status is Status.UNKNOWN and "nope" in result.reason
+    assert result.status is CheckStatus.UNKNOWN and "nope" in result.reason
 
 
 def test_prolog_stops_at_first_hard_failure(setup) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ import pytest
 from slurm_triage.attribution.kernel import parse_kernel_lines
 from slurm_triage.config import HealthConfig
 from slurm_triage.health_checks import app_xids, host, infiniband, kernel_log, mounts
-from slurm_triage.health_checks.result import Action, Severity, Status
+from slurm_triage.health_checks.result import Action, CheckStatus, Severity
 from slurm_triage.simulate.estate import NodeEstate, inject
 
 CONFIG = HealthConfig()
@@ -46,7 +46,7 @@ def test_old_xid_outside_window_is_ignored() -> None:
         f"{iso(-3600)} node2 kernel: NVRM: Xid (PCI:0000:5d:00): 48, pid=1, "
         "name=python, An uncorrectable double bit error"
     )
-    assert kernel_log.check_xid(evs, CONFIG, NOW).status is Status.OK
+    assert kernel_log.check_xid(evs, CONFIG, NOW).status is CheckStatus.OK
 
 
 def test_mig_format_xid_is_read() -> None:
@@ -65,7 +65,7 @@ def test_application_xid_only_fails_when_repeated_across_jobs() -> None:
         "Graphics SM Warp Exception"
     )
     one = events(line.format(t=iso(-20), pid=100))
-    assert kernel_log.check_xid(one, CONFIG, NOW).status is Status.OK
+    assert kernel_log.check_xid(one, CONFIG, NOW).status is CheckStatus.OK
     three = events(*(line.format(t=iso(-300 + 100 * i), pid=100 + i) for i in range(3)))
     claims = [
         app_xids.Claim("0000:18:00", NOW - 300 + 100 * i, NOW - 300 + 100 * i, str(70 + i))
@@ -79,7 +79,7 @@ def test_application_xid_only_fails_when_repeated_across_jobs() -> None:
 def test_user_logger_line_is_not_a_kernel_xid() -> None:
     """A syslog line not tagged `kernel` (a user's `logger`) is no hardware evidence."""
     evs = events(f"{iso(-5)} node2 alice: NVRM: Xid (PCI:0000:18:00): 79, fake")
-    assert kernel_log.check_xid(evs, CONFIG, NOW).status is Status.OK
+    assert kernel_log.check_xid(evs, CONFIG, NOW).status is CheckStatus.OK
 
 
 def test_mce_fails_host_memory() -> None:
@@ -111,7 +111,7 @@ def test_ib_ports_from_sysfs(tmp_path: Path) -> None:
     ports = infiniband.read_ports(str(estate.sysfs), ())
     assert len(ports) == 9
     result = infiniband.check_ports(ports, config, {})
-    assert result.status is Status.OK
+    assert result.status is CheckStatus.OK
     assert result.evidence["ports"] == ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]
     assert infiniband.check_ports(ports, replace(config, ib_rate_gbps=800), {}).failed
     previous = {"ib": infiniband.counters(ports)}
@@ -177,7 +177,7 @@ def test_unmounted_path_fails(tmp_path: Path) -> None:
 def test_host_disk_and_memory_thresholds(tmp_path: Path) -> None:
     """Low scratch space or memory fails at low severity; an unusable scratch at high."""
     facts = host.read_host(str(tmp_path))
-    assert host.check_disk(facts, CONFIG).status is Status.OK
+    assert host.check_disk(facts, CONFIG).status is CheckStatus.OK
     tight = replace(CONFIG, min_free_disk_gb=10**7, min_free_memory_gb=10**7)
     assert host.check_disk(facts, tight).severity is Severity.LOW
     assert host.check_memory(facts, None, tight).severity is Severity.LOW

@@ -12,7 +12,7 @@ import pytest
 
 from slurm_triage.config import Config
 from slurm_triage.health_checks import infiniband, registry
-from slurm_triage.health_checks.result import Status
+from slurm_triage.health_checks.result import CheckStatus
 from slurm_triage.health_checks.runner import Run
 from slurm_triage.simulate.estate import NodeEstate
 from tests.unit.test_health_runner import sim_config
@@ -63,7 +63,7 @@ def test_a_healthy_h100_node_passes_without_naming_ports(node) -> None:  # type:
     (every port under /sys/class/infiniband had to be ACTIVE: every such node drained)."""
     config, _ = node
     result = ib_check(config)
-    assert result.status is Status.OK, result.reason
+    assert result.status is CheckStatus.OK, result.reason
     assert result.evidence["ports"] == FABRIC
     assert result.evidence["not_checked"] == [
         "mlx5_4:1 Ethernet 4: ACTIVE/5: LinkUp",
@@ -77,7 +77,7 @@ def test_a_healthy_h100_node_passes_without_naming_ports(node) -> None:  # type:
 def test_a_port_up_at_baseline_that_goes_down_fails(node) -> None:  # type: ignore[no-untyped-def]
     """A port disabled without a link_downed tick is still known from the baseline."""
     config, estate = node
-    assert ib_check(config).status is Status.OK
+    assert ib_check(config).status is CheckStatus.OK
     set_port(estate, "mlx5_3:1", "1: DOWN", "3: Disabled")
     result = ib_check(config)
     assert result.failed and result.reason == "mlx5_3:1 1: DOWN / 3: Disabled"
@@ -120,7 +120,7 @@ def test_roce_and_vf_ports_are_checked_when_named(node) -> None:  # type: ignore
     result = ib_check(named)
     assert result.failed and result.reason == "mlx5_8:1 1: DOWN / 5: LinkUp"
     set_port(estate, "mlx5_8:1", "4: ACTIVE", "5: LinkUp")
-    assert ib_check(named).status is Status.OK
+    assert ib_check(named).status is CheckStatus.OK
     set_port(estate, "mlx5_4:1", "1: DOWN", "3: Disabled")
     assert ib_check(named).reason == "mlx5_4:1 1: DOWN / 3: Disabled"
 
@@ -131,5 +131,5 @@ def test_a_node_without_infiniband_is_not_applicable(node) -> None:  # type: ign
     for port in [*FABRIC, "mlx5_5:1", "mlx5_8:1"]:
         (port_dir(estate, port) / "link_layer").write_text("Ethernet\n")
     result = ib_check(config)
-    assert result.status is Status.SKIPPED
+    assert result.status is CheckStatus.SKIPPED
     assert result.reason.startswith("no InfiniBand port configured or up at baseline (9 not")

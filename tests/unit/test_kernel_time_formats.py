@@ -13,7 +13,7 @@ from slurm_triage.attribution import parse_kernel_lines
 from slurm_triage.attribution.kernel_lines import split_line
 from slurm_triage.config import HealthConfig
 from slurm_triage.health_checks import kernel_log
-from slurm_triage.health_checks.result import Action, Status
+from slurm_triage.health_checks.result import Action, CheckStatus
 
 T0 = datetime(2024, 11, 21, 10, 0, 0, tzinfo=UTC).timestamp()
 XID79 = (
@@ -105,7 +105,7 @@ def test_a_fatal_xid_in_the_file_counts_only_while_it_is_recent(tmp_path: Path, 
     config = HealthConfig()
     result = kernel_log.check_xid(events, config, now)
     assert result.failed and result.action is Action.REBOOT
-    assert kernel_log.check_xid(events, config, now + 7200).status is Status.OK
+    assert kernel_log.check_xid(events, config, now + 7200).status is CheckStatus.OK
 
 
 def test_an_undated_xid_never_drains(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_an_undated_xid_never_drains(tmp_path: Path) -> None:
     events = kernel_log.read_kernel_events(path, "node07")
     assert [e.time for e in events] == [None, None]
     result = kernel_log.check_xid(events, HealthConfig(), time.time())
-    assert result.status is Status.WARN
+    assert result.status is CheckStatus.WARN
     assert result.reason.startswith("2 XID line(s) in the kernel log carry no date")
 
 

@@ -18,7 +18,7 @@ import pytest
 from slurm_triage.config import HealthConfig
 from slurm_triage.health_checks import gpu
 from slurm_triage.health_checks.nvml_facts import read_nvml
-from slurm_triage.health_checks.result import Status
+from slurm_triage.health_checks.result import CheckStatus
 from slurm_triage.simulate import bindings
 from slurm_triage.simulate.bindings import BindingSurface
 from slurm_triage.simulate.estate import NodeEstate, inject
@@ -56,7 +56,7 @@ def estate(tmp_path: Path) -> NodeEstate:
     return NodeEstate(tmp_path, "node1").ensure()
 
 
-def _run_checks(nv: FakeNvml) -> dict[str, Status]:
+def _run_checks(nv: FakeNvml) -> dict[str, CheckStatus]:
     facts = read_nvml(nv)
     pci = tuple(g.bus_id.lower()[4:] for g in facts.gpus if g.bus_id)
     kwargs = {"facts": facts, "pci_bus_ids": pci, "config": HealthConfig(), "previous": {}}
@@ -73,8 +73,8 @@ def test_healthy_node_passes_with_every_supported_release(
     """A healthy node passes every gpu.* check whichever supported nvidia-ml-py reads it
     (with 12.560, reading NVML_FI_DEV_GET_GPU_RECOVERY_ACTION unguarded failed gpu.count)."""
     statuses = _run_checks(FakeNvml(estate.nvml_state, binding=surface))
-    assert set(statuses.values()) <= {Status.OK, Status.SKIPPED}, statuses
-    assert statuses["check_count"] is Status.OK
+    assert set(statuses.values()) <= {CheckStatus.OK, CheckStatus.SKIPPED}, statuses
+    assert statuses["check_count"] is CheckStatus.OK
 
 
 @pytest.mark.parametrize("surface", SURFACES, ids=lambda s: s.version)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
+from slurm_triage.atomic import write_atomically
 from slurm_triage.config import Config, MetricsConfig, NotifyConfig
 from slurm_triage.health_checks.runner import run_checks
 from slurm_triage.observe import hooks
@@ -24,7 +25,7 @@ from slurm_triage.observe.node_ledger import (
     node_families,
     read_ledger,
 )
-from slurm_triage.observe.textfile import MetricsBusy, locked, write_atomically
+from slurm_triage.observe.textfile import MetricsBusy, locked
 from slurm_triage.policies.nodes import NodeOutcome
 from slurm_triage.prolog_epilog.healthcheck import record
 from slurm_triage.prolog_epilog.node_action import act

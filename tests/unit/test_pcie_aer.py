@@ -9,7 +9,7 @@ import pytest
 
 from slurm_triage.config import Config
 from slurm_triage.health_checks import aer, registry
-from slurm_triage.health_checks.result import Action, Severity, Status
+from slurm_triage.health_checks.result import Action, CheckStatus, Severity
 from slurm_triage.health_checks.runner import Run
 from slurm_triage.simulate.estate import NodeEstate, inject
 from slurm_triage.taxonomy import Cause
@@ -62,28 +62,28 @@ def test_the_gpus_hcas_and_their_links_are_read(node) -> None:  # type: ignore[n
     assert all(d.totals == {"correctable": 0, "nonfatal": 0, "fatal": 0} for d in devices)
     result = aer_check(config)
     # 8 GPUs and their 8 ports; 8 HCA functions (two dual-port cards) and their 6 ports
-    assert result.status is Status.OK and result.evidence["devices"] == 30
+    assert result.status is CheckStatus.OK and result.evidence["devices"] == 30
 
 
 @pytest.mark.parametrize(
     ("fault", "status", "severity", "action", "error"),
     [
-        ("aer_fatal", Status.FAIL, Severity.HIGH, Action.DRAIN_NOW, "SDES 2"),
-        ("aer_nonfatal", Status.FAIL, Severity.LOW, Action.DRAIN, "CmpltTO 2"),
-        ("aer_correctable", Status.WARN, Severity.LOW, Action.WATCH, "RxErr 2"),
+        ("aer_fatal", CheckStatus.FAIL, Severity.HIGH, Action.DRAIN_NOW, "SDES 2"),
+        ("aer_nonfatal", CheckStatus.FAIL, Severity.LOW, Action.DRAIN, "CmpltTO 2"),
+        ("aer_correctable", CheckStatus.WARN, Severity.LOW, Action.WATCH, "RxErr 2"),
     ],
 )
 def test_rising_counts_are_evidence(node, fault, status, severity, action, error) -> None:  # type: ignore[no-untyped-def]
     """Between two runs GPU 2 reports AER errors: fatal drains now, non-fatal drains after
     the jobs, correctable warns."""
     config, estate = node
-    assert aer_check(config).status is Status.OK
+    assert aer_check(config).status is CheckStatus.OK
     inject(estate, fault, 2, gpu=2)
     result = aer_check(config)
     kind = fault.removeprefix("aer_")
     assert (result.status, result.severity, result.action) == (status, severity, action)
     assert result.reason == f"GPU 0000:3a:00.0 {kind} AER errors rose 0->2 ({error})"
-    assert aer_check(config).status is Status.OK  # judged once: the next run sees no rise
+    assert aer_check(config).status is CheckStatus.OK  # judged once: the next run sees no rise
 
 
 def test_errors_seen_only_by_the_link_partner_count(node) -> None:  # type: ignore[no-untyped-def]
@@ -103,12 +103,15 @@ def test_errors_from_before_the_first_run_only_warn(node) -> None:  # type: igno
     config, estate = node
     inject(estate, "aer_fatal", 1, gpu=0)
     result = aer_check(config)
-    assert result.status is Status.WARN and "1 since boot" in result.reason
+    assert result.status is CheckStatus.WARN and "1 since boot" in result.reason
 
 
 def test_no_aer_files_is_not_applicable(tmp_path: Path) -> None:
     """A kernel without AER statistics (or no AER capability) leaves the check SKIPPED."""
-    assert aer.check_aer(aer.read_aer(str(tmp_path), ["0000:18:00.0"]), {}).status is Status.SKIPPED
+    assert (
+        aer.check_aer(aer.read_aer(str(tmp_path), ["0000:18:00.0"]), {}).status
+        is CheckStatus.SKIPPED
+    )
 
 
 def test_a_failed_job_checks_aer_and_blames_pcie() -> None:

@@ -96,7 +96,7 @@ def test_inject_effects_are_consistent(estate: NodeEstate) -> None:
     """XID 48 shows in the kernel log and in NVML's ECC and row-remap state alike."""
     inject(estate, "xid", 48, gpu=1)
     gpu = read_nvml(FakeNvml(estate.nvml_state)).gpus[1]
-    assert gpu.ecc_volatile_uncorrected == 1 and gpu.remap is not None and gpu.remap[2]
+    assert gpu.ecc_volatile_uncorrected == 1 and gpu.remap is not None and gpu.remap.pending
     assert "NVRM: Xid (PCI:0000:2a:00): 48," in estate.kernel_log.read_text()
     inject(estate, "clear")
     assert read_nvml(FakeNvml(estate.nvml_state)).gpus[1].ecc_volatile_uncorrected == 0

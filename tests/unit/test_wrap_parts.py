@@ -158,7 +158,7 @@ def test_write_record_is_atomic_on_failure(tmp_path: Path, monkeypatch: pytest.M
     write_record(tmp_path, IDENT, b'{"old": 1}')
     final = tmp_path / "5" / "n2.0.json"
 
-    def broken(*_args: object) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken)

@@ -232,3 +232,16 @@ def test_every_row_is_consistent():
             assert row.node_action in drains | {A.RESET_GPU}
         else:
             assert row.node_action not in drains
+
+
+def test_drains_node_is_the_drain_actions_and_nothing_else() -> None:
+    """One predicate says which XIDs take the node out of service (the wrapper's node-fatal
+    XIDs and the health check's high-severity drains): the drain_* actions only."""
+    assert {a for a in A if a.drains_node} == {
+        A.DRAIN_RESET,
+        A.DRAIN_REBOOT,
+        A.DRAIN_RMA,
+        A.DRAIN_INSPECT,
+    }
+    assert lookup(79).drains_node() and lookup(48).drains_node()
+    assert not lookup(13).drains_node() and not lookup(8).drains_node()

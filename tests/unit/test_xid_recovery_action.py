@@ -9,7 +9,7 @@ from slurm_triage.attribution import parse_kernel_lines
 from slurm_triage.attribution.xid import NodeAction, lookup
 from slurm_triage.config import HealthConfig
 from slurm_triage.health_checks import kernel_log
-from slurm_triage.health_checks.result import Action, Severity, Status
+from slurm_triage.health_checks.result import Action, CheckStatus, Severity
 
 NOW = 1_795_300_000.0
 CONFIG = HealthConfig()
@@ -54,7 +54,7 @@ def test_a_system_reboot_is_a_reboot() -> None:
     """XID 154 to System Reboot Required drains for a reboot (it only watched before)."""
     result = check(kmsg(-5, xid("3b", 154, changed("0x0 (None)", "0x7 (System Reboot Required)"))))
     assert (result.status, result.severity, result.action) == (
-        Status.FAIL,
+        CheckStatus.FAIL,
         Severity.HIGH,
         Action.REBOOT,
     )
@@ -76,7 +76,7 @@ def test_the_newest_recovery_action_of_a_gpu_is_its_state() -> None:
         kmsg(-90, xid("3b", 154, changed("0x0 (None)", "0x1 (GPU Reset Required)"))),
         kmsg(-20, xid("3b", 154, changed("0x1 (GPU Reset Required)", "0x0 (None)"))),
     )
-    assert result.status is Status.OK
+    assert result.status is CheckStatus.OK
     other_gpu = check(
         kmsg(-90, xid("3b", 154, changed("0x0 (None)", "0x1 (GPU Reset Required)"))),
         kmsg(-20, xid("5d", 154, changed("0x1 (GPU Reset Required)", "0x0 (None)"))),

@@ -10,11 +10,11 @@ can neither plant nor replace a root record.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from contextlib import suppress
 
+from slurm_triage.atomic import write_at
 from slurm_triage.evidence.facts import Source
 from slurm_triage.evidence.record import (
     MAX_RECORD_BYTES,
@@ -113,22 +113,6 @@ def _ensure_root_dir(name: str, parent_fd: int) -> int:
     return fd
 
 
-def _write_new(name: str, data: bytes, dir_fd: int) -> None:
-    fd = os.open(
-        name,
-        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o644,
-        dir_fd=dir_fd,
-    )
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_root_record(
     evidence_dir: str, job_id: int, node: str, data: bytes, suffix: str = ".json"
 ) -> str:
@@ -139,16 +123,9 @@ def write_root_record(
             job_fd = _ensure_root_dir(str(job_id), area)
         finally:
             os.close(area)
-        tmp = f".{node}.{os.getpid()}.tmp"
         try:
-            _write_new(tmp, data, job_fd)
-            os.replace(tmp, f"{node}{suffix}", src_dir_fd=job_fd, dst_dir_fd=job_fd)
-            os.fsync(job_fd)
-        except OSError:
-            # A full disk must not leave a partial record behind for the decision to trip on.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=job_fd)
-            raise
+            # A full disk leaves no partial record behind for the decision to trip on.
+            write_at(job_fd, f"{node}{suffix}", data, mode=0o644)
         finally:
             os.close(job_fd)
     return os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}{suffix}")
