@@ -216,12 +216,13 @@ class Journal:
         fields: dict[str, Any],
         node_events: Sequence[NodeEvent] = (),
     ) -> None:
-        """Fill in the claimed decision row and append its node events, atomically."""
+        """Fill in the claimed decision row and append its node events, atomically.
+        `decided_at` is now unless the fields give it (the decision's own clock)."""
         columns = {
             k: (json.dumps(v) if isinstance(v, list | tuple | dict) else v)
             for k, v in fields.items()
         }
-        columns["decided_at"] = time.time()
+        columns.setdefault("decided_at", time.time())
         assignments = ", ".join(f"{k} = ?" for k in columns)
         try:
             with self._write() as db:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,14 +57,13 @@ def _keeps_ledger(config: Config) -> bool:
 
 
 def run_start(
-    env: Mapping[str, str], job_start: float | None, ended_at: float, requeued_by_slurm: bool
+    slurm_start: float | None, job_start: float | None, ended_at: float, requeued_by_slurm: bool
 ) -> float | None:
     """When the run that ended started: Slurm's own SLURM_JOB_START_TIME (EpilogSlurmctld,
-    23.02 on), else the controller's start time unless Slurm already requeued the job (it
-    may be the next run's by then). None when neither can be trusted."""
-    raw = env.get("SLURM_JOB_START_TIME", "")
-    if raw.isdigit() and 0 < int(raw) <= ended_at:
-        return float(raw)
+    23.02 on; JobEnd.start_time), else the controller's start time unless Slurm already
+    requeued the job (it may be the next run's by then). None when neither can be trusted."""
+    if slurm_start is not None and 0 < slurm_start <= ended_at:
+        return slurm_start
     if job_start is not None and not requeued_by_slurm and 0 < job_start <= ended_at:
         return job_start
     return None

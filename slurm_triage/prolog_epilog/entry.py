@@ -17,16 +17,18 @@ from collections.abc import Callable
 
 from slurm_triage.config import Config, ConfigError, LoggingConfig, deprecations, load_config
 from slurm_triage.logs import get_logger, setup_logging
+from slurm_triage.prolog_epilog.job_end import SLURM_ENV
 
-# The SLURM_* variables slurmd/slurmctld pass to these programs that we log as context.
-_CONTEXT_VARS = {
-    "SLURM_JOB_ID": "job_id",
-    "SLURMD_NODENAME": "node",
-    "SLURM_JOB_USER": "user",
-    "SLURM_JOB_PARTITION": "partition",
-    "SLURM_SCRIPT_CONTEXT": "context",
-    "SLURM_JOB_EXIT_CODE2": "exit_code",
-    "SLURM_JOB_RESTART_COUNT": "restart_count",
+# The variables slurmd/slurmctld pass to these programs (job_end.SLURM_ENV) that we log as
+# context, by their log key.
+_CONTEXT = {
+    "job_id": "job_id",
+    "node": "node",
+    "user": "user",
+    "partition": "partition",
+    "context": "context",
+    "exit_code2": "exit_code",
+    "restart_count": "restart_count",
 }
 
 
@@ -40,7 +42,11 @@ def _run_role(role: str, body: Callable[[Config], int]) -> int:
         setup_logging(LoggingConfig(), program=program)
         get_logger().error("config_invalid", role=role, error=str(exc))
         return 0
-    context = {key: os.environ[var] for var, key in _CONTEXT_VARS.items() if var in os.environ}
+    context = {
+        key: os.environ[SLURM_ENV[name]]
+        for name, key in _CONTEXT.items()
+        if SLURM_ENV[name] in os.environ
+    }
     log = get_logger(role=role, **context)
     for line in deprecations(config):
         log.warning("config_deprecated_key", detail=line)

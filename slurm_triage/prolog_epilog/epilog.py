@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
 
 from slurm_triage.attribution import attribute, job_window
 from slurm_triage.config import Config, node_path
@@ -35,33 +34,8 @@ from slurm_triage.health_checks.runner import FactError, FactSources, Run
 from slurm_triage.logs import get_logger
 from slurm_triage.observe import hooks as observe
 from slurm_triage.policies.rules import drains_blamed_nodes
+from slurm_triage.prolog_epilog.job_end import SLURM_ENV, JobEnd
 from slurm_triage.taxonomy import Cause
-
-
-@dataclass(frozen=True)
-class JobEnd:
-    """What slurmd tells the Epilog about the job that just ended (its environment)."""
-
-    job_id: int
-    node: str
-    uid: int
-    failed: bool
-    restart: int
-    # When this run started (SLURM_JOB_START_TIME, Slurm 23.02 on); None when not given.
-    started: float | None = None
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> JobEnd:
-        code = env.get("SLURM_JOB_EXIT_CODE2", "0:0")
-        start = env.get("SLURM_JOB_START_TIME", "")
-        return cls(
-            job_id=int(env["SLURM_JOB_ID"]),
-            node=env["SLURMD_NODENAME"],
-            uid=int(env.get("SLURM_JOB_UID", "-1")),
-            failed=code not in ("0:0", ""),
-            restart=int(env.get("SLURM_JOB_RESTART_COUNT", "0") or 0),
-            started=float(start) if start.isdigit() and int(start) > 0 else None,
-        )
 
 
 def nvml_facts(config: Config, node: str, now: float) -> list[Fact]:
@@ -163,7 +137,7 @@ def claim_app_xids(config: Config, end: JobEnd, events: list[KernelEvent], now: 
     found = app_xids.bursts(events, gap_s)
     if not found:
         return
-    since = end.started if end.started is not None else job_window(now).start
+    since = end.start_time if end.start_time is not None else job_window(now).start
     path = app_xids.ledger_path(config.paths.state_dir, end.node)
     new = app_xids.claim_bursts(path, found, str(end.job_id), since, now, gap_s, now)
     if new:
@@ -192,9 +166,12 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
     """Collect and write this node's root record; then decide if this node must. Exits
     NODE_FAULT_EXIT when this node must be drained now (`node_fault`), else 0."""
     env = dict(os.environ) if env is None else env
-    end = JobEnd.from_env(env)
-    log = get_logger(job_id=end.job_id, node=end.node)
     now = time.time()
+    # A node list the decision cannot read is the decision's trouble: the record is written.
+    end = JobEnd.from_env(env, now, nodes_required=False)
+    if not end.node:
+        raise KeyError(SLURM_ENV["node"])
+    log = get_logger(job_id=end.job_id, node=end.node)
     record = collect(config, end, now)
     try:
         path = write_root_record(
@@ -203,7 +180,7 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
         log.info("epilog_evidence_written", path=path, facts=len(record.facts))
     except Exception as exc:
         log.error("epilog_evidence_unwritten", error=f"{type(exc).__name__}: {exc}")
-    if config.decision.run_in == "first_node_epilog" and _first_node(env) == end.node:
+    if config.decision.run_in == "first_node_epilog" and end.nodes[:1] == (end.node,):
         from slurm_triage.prolog_epilog.decide import decide_from_env
 
         decide_from_env(config, env)
@@ -218,13 +195,3 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
     log.warning("epilog_node_fault", cause=fault.value)
     print(f"slurm-triage epilog: {end.node} must be drained: {fault.value}", file=sys.stderr)
     return NODE_FAULT_EXIT
-
-
-def _first_node(env: dict[str, str]) -> str | None:
-    from slurm_triage import hostlist
-
-    try:
-        nodes = hostlist.expand(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
-    except hostlist.HostlistError:
-        return None
-    return nodes[0] if nodes else None

@@ -24,6 +24,7 @@ from slurm_triage.health_checks.runner import run_checks
 from slurm_triage.logs import get_logger
 from slurm_triage.policies.nodes import NodeOutcome
 from slurm_triage.prolog_epilog.healthcheck import record
+from slurm_triage.prolog_epilog.job_end import slurm_env
 from slurm_triage.prolog_epilog.node_action import act
 
 
@@ -50,7 +51,7 @@ def _prepare_job_dir(config: Config) -> None:
     moving aside whatever another user planted there to deny the job its evidence
     (store.prepare_job_dir). Bounded by `health.mount_timeout_s` (the evidence
     directory is a shared mount); never fails the prolog."""
-    job, uid, gid = (os.environ.get(f"SLURM_JOB_{v}", "") for v in ("ID", "UID", "GID"))
+    job, uid, gid = (slurm_env(os.environ, name) for name in ("job_id", "uid", "gid"))
     if not (job.isdigit() and uid.isdigit()):
         return
     try:
@@ -68,7 +69,7 @@ def _prepare_job_dir(config: Config) -> None:
 def _record_for_decision(config: Config, report: RunReport) -> None:
     """A job turned away by the prolog is requeued by Slurm itself; the decision learns why
     from this root record (`<evidence_dir>/_root/<job>/<node>.prolog.json`)."""
-    job = os.environ.get("SLURM_JOB_ID", "")
+    job = slurm_env(os.environ, "job_id")
     if not job.isdigit():
         return
     facts = tuple(health_fact(r, report.node, report.started) for r in report.failures)

@@ -13,7 +13,8 @@ from slurm_triage.config import Config
 from slurm_triage.health_checks import app_xids, kernel_log, registry
 from slurm_triage.health_checks.result import Action, CheckStatus, Severity
 from slurm_triage.health_checks.runner import Run
-from slurm_triage.prolog_epilog.epilog import JobEnd, claim_app_xids
+from slurm_triage.prolog_epilog.epilog import claim_app_xids
+from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.simulate import driver_log
 from slurm_triage.simulate.estate import NodeEstate, inject
 from tests.unit.test_health_runner import sim_config
@@ -41,7 +42,9 @@ def fault(estate: NodeEstate, when: float, pid: int = 4242) -> None:
 def job_ends(config: Config, estate: NodeEstate, job: int, started: float, ended: float) -> None:
     """The Epilog of `job` on node2 claims the bursts of its run."""
     events = kernel_log.read_kernel_events(str(estate.kernel_log), "node2")
-    end = JobEnd(job, "node2", 1000, failed=True, restart=0, started=started)
+    end = JobEnd(
+        job_id=job, node="node2", uid=1000, exit_code=1, ended_at=ended, start_time=started
+    )
     claim_app_xids(config, end, events, ended)
 
 

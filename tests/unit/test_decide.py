@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_triage.clock import Clock
 from slurm_triage.config import Config, DecisionConfig, PathsConfig, PolicyConfig, SlurmConfig
 from slurm_triage.evidence import (
     EvidenceRecord,
@@ -26,8 +27,11 @@ from slurm_triage.evidence import (
     record_to_json,
     store,
 )
+from slurm_triage.hostlist import HostlistError
 from slurm_triage.journal import DecisionRow, Journal
-from slurm_triage.prolog_epilog.decide import Ending, Outcome, decide, decide_from_env
+from slurm_triage.prolog_epilog.decide import Outcome, decide, decide_from_env
+from slurm_triage.prolog_epilog.ended_run import EndState
+from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm import JobState, SlurmUnavailable
 from slurm_triage.taxonomy import Cause
 from slurm_triage.testing import Call, FakeDoor, job_info, node_info, node_infos
@@ -79,7 +83,15 @@ class Cluster:
     def end(self, state: str = "FAILED", exit_code: int = 1, restart: int = 0) -> Outcome:
         """The run ends and the decision runs, as EpilogSlurmctld would."""
         self.door.end_job(JOB, state, exit_code=exit_code)
-        ending = Ending(JOB, restart, NODES, USER, exit_code, 0, time.time())
+        ending = JobEnd(
+            job_id=JOB,
+            restart=restart,
+            nodes=NODES,
+            uid=USER,
+            exit_code=exit_code,
+            exit_signal=0,
+            ended_at=time.time(),
+        )
         return decide(self.config, ending, self.door, self.journal, {})
 
     def row(self, restart: int = 0) -> DecisionRow:
@@ -328,7 +340,15 @@ def test_a_failed_ending_is_never_recorded_as_completed(cluster: Cluster) -> Non
     cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], exit_code=0, state_reason="None")
     decide(
         cluster.config,
-        Ending(JOB, 0, NODES, USER, 1, 0, time.time()),
+        JobEnd(
+            job_id=JOB,
+            restart=0,
+            nodes=NODES,
+            uid=USER,
+            exit_code=1,
+            exit_signal=0,
+            ended_at=time.time(),
+        ),
         cluster.door,
         cluster.journal,
         {},
@@ -337,8 +357,8 @@ def test_a_failed_ending_is_never_recorded_as_completed(cluster: Cluster) -> Non
 
 
 def test_ending_from_env_splits_code_and_signal() -> None:
-    """Slurm's `code:signal` and the hostlist become the Ending's fields."""
-    ending = Ending.from_env(
+    """Slurm's `code:signal` and the hostlist become the JobEnd's fields."""
+    ending = JobEnd.from_env(
         {
             "SLURM_JOB_ID": "12",
             "SLURM_JOB_NODELIST": "gpu[01-03]",
@@ -484,7 +504,15 @@ def test_a_second_decider_for_the_same_job_end_does_nothing(cluster: Cluster) ->
     cluster.root_record("node2", xid79("node2"))
     assert cluster.end().decided
     cluster.door.calls.clear()
-    ending = Ending(JOB, 0, NODES, USER, 1, 0, time.time())
+    ending = JobEnd(
+        job_id=JOB,
+        restart=0,
+        nodes=NODES,
+        uid=USER,
+        exit_code=1,
+        exit_signal=0,
+        ended_at=time.time(),
+    )
     again = decide(cluster.config, ending, cluster.door, cluster.journal, {})
     assert not again.decided and cluster.door.mutations() == []
 
@@ -496,7 +524,15 @@ def test_a_job_slurm_requeued_itself_is_not_requeued_twice(cluster: Cluster) -> 
     cluster.door.jobs[JOB] = replace(
         cluster.door.jobs[JOB], state=JobState.PENDING, restart_count=1, start_time=None
     )
-    ending = Ending(JOB, 1, NODES, USER, 1, 0, time.time())
+    ending = JobEnd(
+        job_id=JOB,
+        restart=1,
+        nodes=NODES,
+        uid=USER,
+        exit_code=1,
+        exit_signal=0,
+        ended_at=time.time(),
+    )
     decide(cluster.config, ending, cluster.door, cluster.journal, {})
     assert "requeue" not in cluster.door.methods()
     assert [c.method for c in cluster.door.mutations()] == [
@@ -584,7 +620,15 @@ def test_a_completing_jobs_shrinking_node_count_still_must_fit(tmp_path: Path) -
     cluster.root_record("node2", xid79("node2"))
     door.end_job(JOB, "FAILED", exit_code=1)
     door.jobs[JOB] = replace(door.jobs[JOB], num_nodes=1)
-    ending = Ending(JOB, 0, NODES, USER, 1, 0, time.time())
+    ending = JobEnd(
+        job_id=JOB,
+        restart=0,
+        nodes=NODES,
+        uid=USER,
+        exit_code=1,
+        exit_signal=0,
+        ended_at=time.time(),
+    )
     decide(cluster.config, ending, door, cluster.journal, {})
     assert cluster.row().excluded == ()
 
@@ -613,7 +657,15 @@ def test_where_slurm_shows_the_state_under_completing_accounting_is_not_asked(
     cluster.door.end_job(JOB, state, exit_code=exit_code, shows_base_state=True)
     # Accounting would say otherwise: it must not be the source.
     cluster.door.accounting[JOB] = replace(cluster.door.accounting[JOB], state=JobState.RUNNING)
-    ending = Ending(JOB, 0, NODES, USER, exit_code, 0, time.time())
+    ending = JobEnd(
+        job_id=JOB,
+        restart=0,
+        nodes=NODES,
+        uid=USER,
+        exit_code=exit_code,
+        exit_signal=0,
+        ended_at=time.time(),
+    )
     decide(cluster.config, ending, cluster.door, cluster.journal, {})
     assert "accounted_job" not in cluster.door.methods()
     assert cluster.row().state == state
@@ -627,7 +679,15 @@ def test_a_cancel_still_asks_accounting_who_cancelled(cluster: Cluster) -> None:
     cluster.door.end_job(
         JOB, "CANCELLED", signal=15, state_text="CANCELLED by 0", shows_base_state=True
     )
-    ending = Ending(JOB, 0, NODES, USER, 0, 15, time.time())
+    ending = JobEnd(
+        job_id=JOB,
+        restart=0,
+        nodes=NODES,
+        uid=USER,
+        exit_code=0,
+        exit_signal=15,
+        ended_at=time.time(),
+    )
     decide(cluster.config, ending, cluster.door, cluster.journal, {})
     assert "accounted_job" in cluster.door.methods()
     assert cluster.row().state == "CANCELLED by 0"
@@ -642,7 +702,15 @@ def test_a_prolog_failure_requeue_at_completing_is_read_as_requeued(
     ended is journalled REQUEUED under its own restart count and is not requeued again."""
     cluster.root_record("node2", xid79("node2"))
     cluster.door.requeue_after_prolog_failure(JOB, shows_base_state=shows_base_state)
-    ending = Ending(JOB, 1, NODES, USER, 0, 0, time.time())
+    ending = JobEnd(
+        job_id=JOB,
+        restart=1,
+        nodes=NODES,
+        uid=USER,
+        exit_code=0,
+        exit_signal=0,
+        ended_at=time.time(),
+    )
     decide(cluster.config, ending, cluster.door, cluster.journal, {})
     assert ("accounted_job" in cluster.door.methods()) is not shows_base_state
     assert "requeue" not in cluster.door.methods()
@@ -659,10 +727,78 @@ def test_every_ended_failure_and_a_clean_end_after_requeues_have_an_admin_commen
     assert comment(cluster.door)["cause"] == "gpu_unavailable"
     cluster.start_run()
     cluster.door.end_job(JOB, "COMPLETED")
-    decide(
-        cluster.config, Ending(JOB, 1, NODES, USER, 0, 0, time.time()), cluster.door,
-        cluster.journal, {},
-    )  # fmt: skip
+    end = JobEnd(
+        job_id=JOB,
+        restart=1,
+        nodes=NODES,
+        uid=USER,
+        exit_code=0,
+        exit_signal=0,
+        ended_at=time.time(),
+    )
+    decide(cluster.config, end, cluster.door, cluster.journal, {})
     assert cluster.door.accounting[JOB].admin_comment == (
         "triage: completed after 1 requeue; earlier: gpu_unavailable on node2"
     )
+
+
+class StoppedClock:
+    """A Clock whose wall time stands still and whose sleeps only advance its monotonic
+    time: every wait of the decision is counted, none is slept."""
+
+    def __init__(self, wall: float) -> None:
+        self.wall, self.mono, self.slept = wall, 0.0, 0.0
+
+    def clock(self) -> Clock:
+        return Clock(time=lambda: self.wall, monotonic=lambda: self.mono, sleep=self.sleep)
+
+    def sleep(self, seconds: float) -> None:
+        self.mono += seconds
+        self.slept += seconds
+
+
+def test_the_decision_reads_time_from_its_clock(cluster: Cluster) -> None:
+    """decided_at, the node events and the policies' `now` are the injected clock's wall
+    time; waiting for a node's missing evidence is the clock's sleep, bounded by
+    decision.wait_for_nodes_s (20 s here, taken in no time)."""
+    cluster.root_record("node2", xid79("node2"))  # node1's epilog never writes
+    cluster.door.end_job(JOB, "FAILED", exit_code=1)
+    stopped = StoppedClock(wall=time.time() + 3600.0)
+    end = JobEnd(job_id=JOB, nodes=NODES, uid=USER, exit_code=1, ended_at=time.time())
+    out = decide(cluster.config, end, cluster.door, cluster.journal, {}, clock=stopped.clock())
+    assert out.decided and out.decision is not None
+    assert cluster.row().decided_at == stopped.wall
+    assert {e.at for e in cluster.journal.node_events(0)} == {stopped.wall}
+    assert stopped.slept >= cluster.config.decision.wait_for_nodes_s
+
+
+def test_job_end_reads_the_epilogs_environment_too() -> None:
+    """The Epilog and the decision read one JobEnd from one table of SLURM_* names: the
+    node it runs on, Slurm's start time, whether the job failed."""
+    env = {
+        "SLURM_JOB_ID": "12",
+        "SLURMD_NODENAME": "gpu02",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+        "SLURM_JOB_START_TIME": "1700000000",
+        "SLURM_JOB_EXIT_CODE2": "0:9",
+    }
+    end = JobEnd.from_env(env, now=5.0)
+    assert (end.node, end.nodes, end.start_time) == ("gpu02", ("gpu01", "gpu02"), 1.7e9)
+    assert end.failed and not JobEnd.from_env({"SLURM_JOB_ID": "12"}, now=5.0).failed
+    bad = {**env, "SLURM_JOB_NODELIST": "gpu[01-"}
+    assert JobEnd.from_env(bad, now=5.0, nodes_required=False).nodes == ()
+    with pytest.raises(HostlistError):
+        JobEnd.from_env(bad, now=5.0)
+
+
+def test_the_end_state_stays_typed_from_slurm_to_the_journal() -> None:
+    """sacct's text becomes a JobState with the cancelling uid and back, unchanged; a state
+    sacct has no name for is UNKNOWN, not a crash after the job end was claimed."""
+    cancelled = EndState.parse("CANCELLED by 0")
+    assert (cancelled.state, cancelled.by_uid, cancelled.text) == (
+        JobState.CANCELLED,
+        0,
+        "CANCELLED by 0",
+    )
+    assert EndState.parse("NODE_FAIL").text == "NODE_FAIL"
+    assert EndState.parse("SOMETHING_NEW").state is JobState.UNKNOWN

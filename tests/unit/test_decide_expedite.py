@@ -15,7 +15,8 @@ import pytest
 
 from slurm_triage.evidence import RootException
 from slurm_triage.prolog_epilog import decide as decide_module
-from slurm_triage.prolog_epilog.decide import Ending, decide
+from slurm_triage.prolog_epilog.decide import decide
+from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm import JobState
 from slurm_triage.taxonomy import Cause
 from slurm_triage.testing import FakeDoor, job_info
@@ -39,7 +40,15 @@ def _settle(cluster: Cluster, *, epilog_failed_on: tuple[str, ...] = (), exit_co
         cluster.door.fail_epilog(node)
     cluster.door.finish_expedited_requeue(JOB, epilog_failed=bool(epilog_failed_on))
     # EpilogSlurmctld's environment names the run that ended (before Slurm requeued it).
-    ending = Ending(JOB, 0, NODES, USER, exit_code, 0, time.time())
+    ending = JobEnd(
+        job_id=JOB,
+        restart=0,
+        nodes=NODES,
+        uid=USER,
+        exit_code=exit_code,
+        exit_signal=0,
+        ended_at=time.time(),
+    )
     return decide(cluster.config, ending, cluster.door, cluster.journal, {})
 
 
@@ -79,7 +88,15 @@ def test_a_restart_that_already_finished_is_not_requeued_again(cluster: Cluster)
     cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], state=JobState.COMPLETED)
     decide(
         cluster.config,
-        Ending(JOB, 0, NODES, USER, 1, 0, time.time()),
+        JobEnd(
+            job_id=JOB,
+            restart=0,
+            nodes=NODES,
+            uid=USER,
+            exit_code=1,
+            exit_signal=0,
+            ended_at=time.time(),
+        ),
         cluster.door,
         cluster.journal,
         {},
@@ -121,7 +138,15 @@ def test_only_a_failed_expedited_run_still_completing_is_detached() -> None:
     def expedited_failure(exit_code: int, expedite: bool = True) -> bool:
         door.jobs[JOB] = replace(door.jobs[JOB], expedited_requeue=expedite)
         door.end_job(JOB, "FAILED" if exit_code else "COMPLETED", exit_code=exit_code)
-        ending = Ending(JOB, 0, NODES, USER, exit_code, 0, time.time())
+        ending = JobEnd(
+            job_id=JOB,
+            restart=0,
+            nodes=NODES,
+            uid=USER,
+            exit_code=exit_code,
+            exit_signal=0,
+            ended_at=time.time(),
+        )
         return decide_module._expedited_failure(door.job(JOB), ending)
 
     assert expedited_failure(3) is True

@@ -132,7 +132,8 @@ def test_undated_machine_checks_do_not_fail_host_memory() -> None:
 def test_the_epilog_keeps_no_undated_kernel_event(tmp_path: Path) -> None:
     """The Epilog's root record holds only kernel events dated inside the job's window."""
     from slurm_triage.config import Config, HealthConfig, PathsConfig
-    from slurm_triage.prolog_epilog.epilog import JobEnd, collect
+    from slurm_triage.prolog_epilog.epilog import collect
+    from slurm_triage.prolog_epilog.job_end import JobEnd
 
     now = time.time()
     log = write_log(
@@ -143,5 +144,5 @@ def test_the_epilog_keeps_no_undated_kernel_event(tmp_path: Path) -> None:
         paths=PathsConfig(evidence_dir=str(tmp_path / "ev"), state_dir=str(tmp_path / "st")),
         health=HealthConfig(kernel_log=log, expected_gpus=0),
     )
-    record = collect(config, JobEnd(5, "node07", 1000, failed=False, restart=0), now)
+    record = collect(config, JobEnd(job_id=5, node="node07", uid=1000, ended_at=now), now)
     assert [(f.pci_bus_id, f.time is not None) for f in record.facts] == [("0000:5d:00", True)]

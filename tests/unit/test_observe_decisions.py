@@ -20,6 +20,7 @@ from slurm_triage.observe import hooks
 from slurm_triage.observe.controller import ControllerFacts, controller_families, read_facts
 from slurm_triage.observe.exposition import openmetrics, prometheus_text
 from slurm_triage.policies import Decision, Verdict
+from slurm_triage.prolog_epilog.job_end import JobEnd
 from tests.unit.test_decide import JOB, Cluster, nccl_timeout, xid79
 from tests.unit.webhook_server import Webhook, webhook_server
 
@@ -174,11 +175,20 @@ def test_run_start_prefers_slurms_own_start_time() -> None:
     """SLURM_JOB_START_TIME (EpilogSlurmctld, 23.02+) first; the controller's start only
     when Slurm has not requeued the job (then it may be the next run's); never a start
     after the end."""
-    assert hooks.run_start({"SLURM_JOB_START_TIME": "100"}, 150.0, 200.0, True) == 100.0
-    assert hooks.run_start({}, 150.0, 200.0, False) == 150.0
-    assert hooks.run_start({}, 150.0, 200.0, True) is None
-    assert hooks.run_start({"SLURM_JOB_START_TIME": "300"}, 250.0, 200.0, False) is None
-    assert hooks.run_start({"SLURM_JOB_START_TIME": "x"}, None, 200.0, False) is None
+
+    def slurm_start(env: dict[str, str]) -> float | None:
+        """SLURM_JOB_START_TIME as the decision reads it (JobEnd, from one table)."""
+        return JobEnd.from_env({"SLURM_JOB_ID": "7", **env}, 200.0).start_time
+
+    assert (
+        hooks.run_start(slurm_start({"SLURM_JOB_START_TIME": "100"}), 150.0, 200.0, True) == 100.0
+    )
+    assert hooks.run_start(slurm_start({}), 150.0, 200.0, False) == 150.0
+    assert hooks.run_start(slurm_start({}), 150.0, 200.0, True) is None
+    assert (
+        hooks.run_start(slurm_start({"SLURM_JOB_START_TIME": "300"}), 250.0, 200.0, False) is None
+    )
+    assert hooks.run_start(slurm_start({"SLURM_JOB_START_TIME": "x"}), None, 200.0, False) is None
 
 
 def test_notices_of_a_decision() -> None:

@@ -1,0 +1,173 @@
+"""What Slurm says of the run that ended, read before the decision claims it: how it ended
+(EndState), and whether Slurm already requeued, held or restarted it itself.
+
+At EpilogSlurmctld time slurmctld shows a job that just ended as COMPLETING (the end state
+is in accounting), or, when Slurm requeued it before asking us (its Prolog turned it away,
+RequeueExit, an expedited requeue), as pending or running again; Slurm then reports the
+next run's restart count, so the journal key must be the run that ended.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from slurm_triage.clock import Clock
+from slurm_triage.config import Config
+from slurm_triage.job_state import JobState, parse_job_state
+from slurm_triage.prolog_epilog.job_end import JobEnd
+from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError
+
+# Slurm 25.11's reason for an expedited requeue it held (no Epilog failed); the state shows
+# REQUEUE_HOLD, or PENDING once the job has been updated.
+SLURM_HELD_REQUEUE_REASON = "job_requeued_in_held_state"
+WINDOW_BEFORE_S = 600.0
+CLOCK_SLACK_S = 5.0
+_RUNNING_AGAIN = frozenset(
+    {
+        JobState.PENDING,
+        JobState.CONFIGURING,
+        JobState.RUNNING,
+        JobState.REQUEUED,
+        JobState.REQUEUE_HOLD,
+        JobState.SUSPENDED,
+        JobState.EXPEDITING,  # 25.11: pending after an expedited requeue, until it starts
+    }
+)
+# While EpilogSlurmctld runs, slurmctld shows COMPLETING; the reason says how it ended.
+_REASON_STATE = {
+    "NonZeroExitCode": JobState.FAILED,
+    "RaisedSignal": JobState.FAILED,
+    "JobLaunchFailure": JobState.FAILED,
+    "NodeDown": JobState.NODE_FAIL,
+    "NodeFail": JobState.NODE_FAIL,
+    "TimeLimit": JobState.TIMEOUT,
+    "Preempted": JobState.PREEMPTED,
+    "OutOfMemory": JobState.OUT_OF_MEMORY,
+}
+
+
+@dataclass(frozen=True)
+class EndState:
+    """How a run ended, and for CANCELLED the uid that cancelled it."""
+
+    state: JobState
+    by_uid: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> EndState:
+        """sacct's State ('CANCELLED by 0', 'FAILED'); one it does not know is UNKNOWN."""
+        try:
+            return cls(*parse_job_state(text))
+        except ValueError:
+            return cls(JobState.parse(text))
+
+    @property
+    def text(self) -> str:
+        """As sacct writes it (the journal's `state`)."""
+        return (
+            f"{self.state.value} by {self.by_uid}" if self.by_uid is not None else self.state.value
+        )
+
+
+def final_state(door: SlurmDoor, job: JobInfo, wait_s: float, clock: Clock) -> EndState:
+    """The job's end state: from the controller once final, else from accounting (slurmctld
+    shows COMPLETING while EpilogSlurmctld runs), else from the controller's reason."""
+    if job.state.finished:
+        return EndState(job.state)
+    if job.state is JobState.COMPLETING:
+        # 24.05+ (scontrol --json) shows the state under COMPLETING: no need to wait for
+        # accounting, except for a cancel, where accounting says who cancelled.
+        if job.base_state is JobState.PENDING:
+            return EndState(JobState.REQUEUED)  # Slurm requeued the run that ended
+        if job.base_state.finished and job.base_state is not JobState.CANCELLED:
+            return EndState(job.base_state)
+    deadline = clock.monotonic() + wait_s
+    while True:
+        try:
+            accounted = door.accounted_job(job.job_id)
+            if accounted.state is JobState.REQUEUED:
+                return EndState(JobState.REQUEUED)  # Slurm requeued this run itself
+            if accounted.state.finished:
+                return EndState.parse(accounted.state_text or accounted.state.value)
+        except SlurmError:
+            pass
+        if clock.monotonic() >= deadline:
+            break
+        clock.sleep(0.25)
+    # "NonZeroExitCode", "RaisedSignal:9(Killed)", "NodeDown ..."
+    fallback = _REASON_STATE.get(re.split(r"[ :]", job.state_reason, maxsplit=1)[0])
+    if fallback is not None:
+        return EndState(fallback)
+    ok = (job.exit_code, job.exit_signal) == (0, 0)
+    return EndState(JobState.COMPLETED if ok else JobState.FAILED)
+
+
+def _settled(door: SlurmDoor, job: JobInfo, deadline: float, clock: Clock) -> JobInfo:
+    """The job once Slurm has finished an expedited requeue (restarted it, or requeued it
+    held): it stays COMPLETING until every Epilog and EpilogSlurmctld ended. Bounded."""
+    while job.state is JobState.COMPLETING and clock.monotonic() < deadline:
+        clock.sleep(0.05)
+        job = door.job(job.job_id)
+    return job
+
+
+@dataclass(frozen=True)
+class EndedRun:
+    """The run that ended, as Slurm has it: the job (settled), the end keyed by the run that
+    ended, how it ended, and what Slurm already did with it."""
+
+    job: JobInfo
+    end: JobEnd
+    state: EndState
+    requeued_by_slurm: bool  # pending or running again, or accounting says REQUEUED
+    held_by_slurm: bool  # an expedited requeue Slurm held, for us to release or leave
+    restarted_by_slurm: bool  # an expedited requeue Slurm restarted at once
+
+    @property
+    def completed(self) -> bool:
+        return self.state.state is JobState.COMPLETED
+
+
+def read_ended_run(
+    config: Config, end: JobEnd, door: SlurmDoor, job: JobInfo, clock: Clock, started: float
+) -> EndedRun:
+    """Read what Slurm says of this end (`started`: the decision's monotonic start)."""
+    if job.expedited_requeue and job.state is JobState.COMPLETING:
+        job = _settled(door, job, started + config.decision.deadline_s / 4, clock)
+    held_by_slurm = job.expedited_requeue and (
+        job.state is JobState.REQUEUE_HOLD or job.state_reason == SLURM_HELD_REQUEUE_REASON
+    )
+    if end.exit_code is None:
+        end = replace(end, exit_code=job.exit_code, exit_signal=job.exit_signal)
+    # An expedited requeue is decided after the hook that read the ended run's restart count
+    # (detached): a higher count now means Slurm requeued that run, whatever the next run is
+    # doing by now (it may even have finished).
+    requeued_since = job.expedited_requeue and job.restart_count > end.restart
+    state = (
+        EndState(JobState.REQUEUED)
+        if job.state in _RUNNING_AGAIN or requeued_since
+        # Where the controller shows only COMPLETING (before 24.05), even a clean exit is
+        # asked of accounting: when Slurm requeues a job itself (its Prolog failed) it still
+        # shows 0:0 and no reason at this point.
+        else final_state(door, job, min(5.0, config.decision.wait_for_nodes_s), clock)
+    )
+    requeued_by_slurm = state.state is JobState.REQUEUED
+    if requeued_by_slurm:
+        # Its next start may already be set; the window of the run that ended will do. A
+        # Prolog-failure requeue reports the next run's count already; an expedited one not.
+        end = replace(
+            end,
+            restart=end.restart if requeued_since else max(0, job.restart_count - 1),
+            records_since=end.ended_at - WINDOW_BEFORE_S,
+        )
+    elif job.start_time is not None and job.start_time <= end.ended_at:
+        end = replace(end, records_since=job.start_time - CLOCK_SLACK_S)
+    return EndedRun(
+        job=job,
+        end=end,
+        state=state,
+        requeued_by_slurm=requeued_by_slurm,
+        held_by_slurm=held_by_slurm,
+        restarted_by_slurm=job.expedited_requeue and requeued_by_slurm and not held_by_slurm,
+    )

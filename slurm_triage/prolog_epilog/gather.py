@@ -1,0 +1,224 @@
+"""The decision's I/O before judging: the facts of one job end (Slurm's, root's records, the
+job's records, the tail of its output), and the context the policies need (the job as they
+see it, its earlier decisions, the blamed nodes' recent history). Judging is pure
+(decide.judge); nothing here decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from slurm_triage.attribution import Attribution, decode_tail, scan_lines
+from slurm_triage.clock import Clock
+from slurm_triage.config import Config
+from slurm_triage.evidence import Fact, ProcessExit, SlurmState, Source, store
+from slurm_triage.journal import Journal, NodeEvent
+from slurm_triage.logs import get_logger
+from slurm_triage.policies import JobView, PastDecision
+from slurm_triage.policies import family as cause_family
+from slurm_triage.prolog_epilog.ended_run import EndedRun
+from slurm_triage.prolog_epilog.job_end import JobEnd, slurm_env
+from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError
+from slurm_triage.taxonomy import Action, Domain, info, parse_cause
+
+OUTPUT_TAIL_BYTES = 1 << 20
+
+
+def wait_for_root_records(config: Config, end: JobEnd, clock: Clock) -> tuple[str, ...]:
+    """Wait (bounded) until every node's epilog wrote its record; return the missing nodes."""
+    deadline = clock.monotonic() + config.decision.wait_for_nodes_s
+    missing = list(end.nodes)
+    while missing:
+        missing = [
+            n
+            for n in missing
+            if not store.root_record_present(
+                config.paths.evidence_dir, end.job_id, n, end.records_since
+            )
+        ]
+        if not missing or clock.monotonic() >= deadline:
+            break
+        clock.sleep(0.1)
+    return tuple(missing)
+
+
+def output_facts(job: JobInfo, uid: int, deadline: float, clock: Clock) -> list[Fact]:
+    """Signatures in the tail of the batch script's output (jobs without the wrapper too):
+    the job's own words, so USER facts. srun merges every task's output into this file, so a
+    line of a multi-node job names its node only through srun's own lines (`srun: error:
+    node2: task 1: ...`, `[rank1]:` mapped by them); the batch host is right only for a
+    single-node job."""
+    facts: list[Fact] = []
+    for path in dict.fromkeys(p for p in (job.std_out, job.std_err) if p.startswith("/")):
+        try:
+            left = min(store.OUTPUT_READ_TIMEOUT_S, deadline - clock.monotonic())
+            data = store.read_user_tail(path, uid, OUTPUT_TAIL_BYTES, timeout_s=max(0.1, left))
+        except store.UnsafeEvidence as exc:
+            get_logger(job_id=job.job_id).info("job_output_unread", detail=str(exc))
+            continue
+        lines = decode_tail(data, whole_file=len(data) < OUTPUT_TAIL_BYTES)
+        node = job.batch_host or None if len(job.nodes) <= 1 else None
+        facts += scan_lines(lines, node=node, source=Source.USER)
+    return facts
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The facts of one job end, and what was left out of them (said in the decision)."""
+
+    facts: list[Fact]
+    notes: tuple[str, ...] = ()
+
+
+def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock) -> Gathered:
+    """All facts for this job end: Slurm's own, root's records, the job's records and the
+    tail of its output file. Facts naming a node outside the job are dropped. When the
+    user's records are over their budget (or `deadline`, a monotonic time, passes while
+    reading them), none of them count: the decision is taken on root evidence alone."""
+    end = run.end
+    facts: list[Fact] = [
+        SlurmState(
+            time=end.ended_at, source=Source.ROOT, state=run.state.state, by_uid=run.state.by_uid
+        ),
+        ProcessExit(
+            time=end.ended_at,
+            source=Source.ROOT,
+            exit_code=end.exit_code,
+            signal=end.exit_signal or None,
+        ),
+    ]
+    since = end.records_since
+    roots = store.read_root_records(
+        config.paths.evidence_dir, end.job_id, end.nodes, newer_than=since
+    )
+    users = store.read_user_records(
+        config.paths.evidence_dir,
+        end.job_id,
+        end.uid,
+        nodes=end.nodes,
+        newer_than=since,
+        budget=store.RecordBudget(deadline=deadline),
+    )
+    notes: list[str] = []
+    kept_users = users.records
+    if users.over_budget:
+        kept_users = ()
+        notes.append(f"user evidence ignored ({users.over_budget}): decided on root evidence")
+    for record in (*roots.records, *kept_users):
+        facts += record.facts
+    if not users.over_budget:
+        facts += output_facts(run.job, end.uid, deadline, clock)
+    facts, foreign = on_job_nodes(facts, end.nodes)
+    if foreign:
+        notes.append(f"facts naming nodes outside the job dropped: {', '.join(foreign[:5])}")
+    return Gathered(facts, tuple(notes))
+
+
+def on_job_nodes(facts: list[Fact], nodes: tuple[str, ...]) -> tuple[list[Fact], list[str]]:
+    """Facts about this job's nodes (named as Slurm names them), and the foreign names.
+
+    A user's record or log may name any node: left in, it would put arbitrary names into
+    exclusion lists, AdminComment and other nodes' histories.
+    """
+    spelling = {n.lower(): n for n in nodes}
+    kept: list[Fact] = []
+    foreign: dict[str, None] = {}
+    for fact in facts:
+        if fact.node is None:
+            kept.append(fact)
+        elif (name := spelling.get(fact.node.lower())) is not None:
+            kept.append(fact if name == fact.node else replace(fact, node=name))
+        else:
+            foreign[fact.node[:64]] = None
+    return kept, list(foreign)
+
+
+def node_blame(attribution: Attribution) -> tuple[str, ...]:
+    """The nodes this job end counts against in their history (lemon signals): only a
+    node fault (hardware or infrastructure) that root-collected evidence backs; a user's
+    bug on a node, or a user's claim, never counts against the node."""
+    node_fault = attribution.domain in (Domain.HARDWARE, Domain.INFRASTRUCTURE)
+    return attribution.nodes if node_fault and attribution.root_backed else ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the policies read besides the attribution."""
+
+    job: JobView
+    history: tuple[PastDecision, ...]
+    earlier: tuple[str, ...]  # earlier runs' ends: "gpu_unavailable on node2", oldest first
+    # The journal's node events within the lemon window; read only when this end blames
+    # nodes (only then can a lemon be found).
+    node_events: tuple[NodeEvent, ...] = ()
+
+
+def gather_context(
+    config: Config,
+    door: SlurmDoor,
+    journal: Journal,
+    run: EndedRun,
+    attribution: Attribution,
+    env: Mapping[str, str],
+    now: float,
+) -> Context:
+    """The job view (the partition's nodes read only when nodes may be excluded), the job's
+    earlier decisions, and the recent node events when nodes are blamed."""
+    end = run.end
+    rows = sorted(
+        (r for r in journal.decisions(job_id=end.job_id) if r.restart < end.restart and r.cause),
+        key=lambda r: r.restart,
+    )
+    history = []
+    for row in rows:
+        cause = parse_cause(row.cause or "")
+        family = cause_family(cause, info(cause).domain)
+        history.append(
+            PastDecision(row.restart, cause, family, row.action or "", row.decided_at or 0.0)
+        )
+    earlier = tuple(
+        f"{r.cause} on {','.join(r.blamed)}" if r.blamed else str(r.cause) for r in rows
+    )
+    events: tuple[NodeEvent, ...] = ()
+    if node_blame(attribution):
+        events = journal.node_events(now - config.policy.lemon_window_days * 86400)
+    may_exclude = bool(attribution.nodes) and (
+        info(attribution.cause).action is Action.REQUEUE_EXCLUDE
+    )
+    view = job_view(door, run.job, env, needs_nodes=may_exclude)
+    return Context(view, tuple(history), earlier, events)
+
+
+def job_view(
+    door: SlurmDoor, job: JobInfo, env: Mapping[str, str], *, needs_nodes: bool
+) -> JobView:
+    """The job as the policies see it. The partition's usable nodes (a cluster-wide sinfo)
+    are read only when `needs_nodes`: when nothing can be excluded the must-fit rule has no
+    use for them."""
+    usable: tuple[str, ...] = ()
+    try:
+        if needs_nodes:
+            usable = tuple(
+                n.name
+                for n in door.nodes()
+                if job.partition in n.partitions and n.responding and not n.drained
+            )
+    except SlurmError:
+        usable = ()
+    return JobView(
+        job_id=job.job_id,
+        user=job.user,
+        partition=job.partition,
+        # While a job is COMPLETING, slurmctld's node count drops as each node finishes its
+        # Epilog; the node list keeps the whole allocation the restart must fit.
+        num_nodes=max(job.num_nodes, len(job.nodes), 1),
+        requeue=job.requeue,
+        batch=job.batch,
+        restart_count=job.restart_count,
+        excluded_nodes=job.excluded_nodes,
+        comment=job.comment,
+        usable_partition_nodes=usable,
+        opted_in=slurm_env(env, "requeue_opt_in") == "1",
+        required_nodes=job.required_nodes,
+    )
