@@ -167,7 +167,7 @@ else:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """What the decision does with an attributed job end (issue 6; docs/policies.md)."""
+    """What the decision does with an attributed job end (docs/decisions.md)."""
 
     # Replace the taxonomy's defaults: causes to requeue (with exclusion when the taxonomy
     # says requeue_exclude), causes never to requeue. Empty: the taxonomy's defaults.

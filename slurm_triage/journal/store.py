@@ -14,11 +14,11 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from slurm_triage.errors import TriageError
+from slurm_triage.journal.records import DecisionRow, DecisionTotal, NodeEvent
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: decisions, one row per job end; node events for per-node (lemon) history.
@@ -73,43 +73,6 @@ class JournalError(TriageError):
     """The journal could not be opened, migrated or written; the message says which."""
 
     exit_code = 4
-
-
-@dataclass(frozen=True)
-class DecisionRow:
-    """One recorded decision, as `history` shows it."""
-
-    job_id: int
-    restart: int
-    decided_at: float | None
-    state: str | None
-    cause: str | None
-    action: str | None
-    blamed: tuple[str, ...]
-    excluded: tuple[str, ...]
-    drained: tuple[str, ...]
-    reasons: tuple[str, ...]
-    applied: bool
-    outcome: str | None
-    user: str | None
-    nodes: tuple[str, ...]
-    confidence: float | None
-    root_backed: bool
-    evidence: Any
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
-
-
-@dataclass(frozen=True)
-class NodeEvent:
-    node: str
-    job_id: int
-    at: float
-    kind: str
-    cause: str | None
-    xid: int | None
-    multi_node: bool
 
 
 def _json_list(text: str | None) -> tuple[str, ...]:
@@ -345,16 +308,6 @@ class Journal:
             return self._db.execute(query, args).fetchall()
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class DecisionTotal:
-    cause: str
-    domain: str
-    action: str
-    decisions: int
-    run_gpu_seconds: float
-    last_decided_at: float | None
 
 
 def _row(r: Sequence[Any]) -> DecisionRow:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from slurm_triage.config import Config
 from slurm_triage.journal import Journal
-from slurm_triage.journal.store import DecisionTotal
+from slurm_triage.journal.records import DecisionTotal
 from slurm_triage.observe.exposition import Family, Histogram, Kind, Spec
 from slurm_triage.policies.lemons import node_signals
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slurm_triage.config import PolicyConfig
-from slurm_triage.journal.store import NodeEvent
+from slurm_triage.journal.records import NodeEvent
 
 
 @dataclass(frozen=True)

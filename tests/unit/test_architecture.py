@@ -117,3 +117,306 @@ def test_only_the_actuator_calls_the_doors_mutating_methods() -> None:
         if not m.name.startswith(MAY_MUTATE) and (calls := mutating_calls(m.tree))
     }
     assert offenders == {}
+
+
+# -- which package may import which (docs/ARCHITECTURE.md) ----------------------------------
+
+# A package is a folder or a top-level module of slurm_triage; each may import only these.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "taxonomy": set(),
+    "job_state": set(),
+    "hostlist": set(),
+    "deadline": set(),
+    "clock": set(),
+    "atomic": set(),
+    "gpu_ids": set(),
+    "config": {"errors", "taxonomy"},
+    "config_example": {"config", "taxonomy"},
+    "logs": {"config"},
+    "simulate": {"atomic", "errors"},
+    "nvml": {"config", "simulate"},
+    "evidence": {"atomic", "deadline", "errors", "job_state", "logs", "taxonomy"},
+    "attribution": {"errors", "evidence", "hostlist", "job_state", "taxonomy"},
+    "health_checks": {
+        "atomic",
+        "attribution",
+        "config",
+        "deadline",
+        "evidence",
+        "gpu_ids",
+        "logs",
+        "nvml",
+        "taxonomy",
+    },
+    "journal": {"errors"},
+    "slurm": {"config", "deadline", "errors", "hostlist", "job_state", "logs"},
+    "policies": {"config", "health_checks", "job_state", "journal", "slurm", "taxonomy"},
+    "actuator": {"logs", "policies", "slurm"},
+    "observe": {
+        "actuator",
+        "atomic",
+        "config",
+        "errors",
+        "health_checks",
+        "journal",
+        "logs",
+        "policies",
+        "taxonomy",
+    },
+    "wrapper": {
+        "atomic",
+        "attribution",
+        "config",
+        "evidence",
+        "gpu_ids",
+        "logs",
+        "nvml",
+        "taxonomy",
+    },
+    "testing": {"policies", "slurm"},
+    "analytics": {"config", "errors", "hostlist", "slurm", "taxonomy"},
+    "devcluster": {"actuator", "config", "errors", "logs", "simulate", "slurm"},
+}
+# The programs and the tools on top may import what is below them, but not each other's
+# tops (cli imports everything; nothing imports cli).
+_TOOLS = {"cli", "devcluster", "twin", "replay", "analytics", "prolog_epilog", "wrapper"}
+_BELOW = {p for p in ALLOWED if p not in _TOOLS} | {"hostlist", "config_example"}
+ALLOWED["prolog_epilog"] = _BELOW - {"simulate", "testing", "config_example"}
+ALLOWED["replay"] = _BELOW | {"analytics", "prolog_epilog"}
+ALLOWED["twin"] = _BELOW | {"analytics", "replay", "prolog_epilog"}
+ALLOWED["cli"] = set(ALLOWED) | _TOOLS | {"__main__"}
+ALLOWED["__main__"] = {"cli"}
+
+# Pure data modules policies may read; every other module of these packages does I/O.
+PURE_MODULES = {
+    "slurm_triage.slurm.model",
+    "slurm_triage.health_checks.result",
+    "slurm_triage.journal.records",
+}
+
+
+def imports_of(tree: ast.AST) -> list[str]:
+    """Every slurm_triage module a module imports (function-level and TYPE_CHECKING ones
+    too: a cycle through a type is still a cycle), as dotted names."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+            found += [f"{node.module}.{a.name}" for a in node.names]
+    return [name for name in found if name.startswith("slurm_triage.")]
+
+
+def _package(dotted: str) -> str:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _known(dotted: str) -> bool:
+    """Whether a dotted name is one of our modules or packages (not a name in one)."""
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def package_edges(mods: list[Module]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for m in mods:
+        source = _package(m.name)
+        for target in (_package(i) for i in imports_of(m.tree) if _known(i)):
+            if target != source:
+                edges.setdefault(source, set()).add(target)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Pairs (a, b) where a imports b and b reaches a again."""
+
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    return sorted((a, b) for a in edges for b in edges[a] if a in reach(b))
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    """a -> b -> c -> a is found; a tree is not."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [("a", "b"), ("b", "c"), ("c", "a")]
+    assert cycles({"a": {"b", "c"}, "b": {"c"}}) == []
+
+
+def test_no_import_cycle_between_packages() -> None:
+    assert cycles(package_edges(list(modules()))) == []
+
+
+def test_each_package_imports_only_what_the_map_allows() -> None:
+    """docs/ARCHITECTURE.md lists, for each package, the packages it may import."""
+    edges = package_edges(list(modules()))
+    assert set(edges) <= set(ALLOWED), "a new package: add it to the map and to ALLOWED"
+    wrong = {p: sorted(t - ALLOWED[p]) for p, t in edges.items() if t - ALLOWED[p]}
+    assert wrong == {}
+
+
+def test_policies_import_no_io() -> None:
+    """Policies read only data types of the other packages: no door, no journal store, no
+    check runner, no subprocess, socket, sqlite3 or file module."""
+    io_stdlib = {"subprocess", "socket", "sqlite3", "os", "pathlib", "shutil", "urllib", "http"}
+    found = {}
+    for m in modules():
+        if not m.name.startswith("slurm_triage.policies"):
+            continue
+        ours = {
+            i
+            for i in imports_of(m.tree)
+            if _known(i) and _package(i) != "policies" and i.count(".") > 1
+        }
+        stdlib = {
+            a.name.split(".")[0]
+            for n in ast.walk(m.tree)
+            if isinstance(n, ast.Import)
+            for a in n.names
+        } | {
+            n.module.split(".")[0]
+            for n in ast.walk(m.tree)
+            if isinstance(n, ast.ImportFrom) and n.module and n.level == 0
+        }
+        bad = sorted(i for i in ours if i not in PURE_MODULES and not _leaf(i))
+        bad += sorted(stdlib & io_stdlib)
+        if bad:
+            found[m.name] = bad
+    assert found == {}
+
+
+def _leaf(dotted: str) -> bool:
+    """A top-level module without I/O of its own (config, taxonomy, job_state, ...)."""
+    return dotted.count(".") == 1 and _package(dotted) in {
+        "config",
+        "taxonomy",
+        "job_state",
+        "errors",
+        "hostlist",
+    }
+
+
+# -- only slurm/ runs Slurm's commands -------------------------------------------------------
+
+SLURM_COMMANDS = {"scontrol", "sacct", "sacctmgr", "sinfo", "squeue", "scancel", "sbatch", "srun"}
+# devcluster runs a local cluster; analytics.fetch builds its own sacct argv through the
+# door's Runner (issue 15 item 5: to go through the door).
+MAY_RUN_SLURM = ("slurm_triage.slurm", "slurm_triage.devcluster", "slurm_triage.analytics.fetch")
+
+
+def slurm_commands(tree: ast.AST) -> list[str]:
+    """Argument lists that start with a Slurm command: `["sacct", ...]`, and a command line
+    starting with one given to a call that starts a process (`subprocess.run("scontrol
+    ...")`); a message that names a command (`print("sacct")`) is no command."""
+    found = []
+    for node in ast.walk(tree):
+        first: ast.expr | None = None
+        if isinstance(node, ast.List | ast.Tuple) and node.elts:
+            first = node.elts[0]
+        elif isinstance(node, ast.Call) and node.args and _launches(node):
+            first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            word = first.value.split(" ")[0].rsplit("/", 1)[-1]
+            if word in SLURM_COMMANDS:
+                found.append(f"line {node.lineno}: {first.value}")
+    return found
+
+
+def _launches(call: ast.Call) -> bool:
+    """A call that starts a process (subprocess's, os.exec*, a Runner's run)."""
+    name = ast.unparse(call.func).rsplit(".", 1)[-1]
+    return name in {"run", "Popen", "check_output", "check_call", "call"} or name.startswith(
+        ("exec", "spawn")
+    )
+
+
+def test_the_slurm_command_finder_finds_a_command() -> None:
+    source = 'run(["sacct", "-X"]); subprocess.run("scontrol show job 1"); print("sacct")'
+    assert sorted(slurm_commands(ast.parse(source))) == [
+        "line 1: sacct",
+        "line 1: scontrol show job 1",
+    ]
+
+
+def test_only_the_door_runs_slurm_commands() -> None:
+    offenders = {
+        m.name: found
+        for m in modules()
+        if not m.name.startswith(MAY_RUN_SLURM) and (found := slurm_commands(m.tree))
+    }
+    assert offenders == {}
+
+
+# -- the node programs stay light ------------------------------------------------------------
+
+HEAVY = ("slurm_triage.analytics", "polars", "numpy", "matplotlib", "pandas")
+LIGHT_PROGRAMS = (
+    "slurm_triage.wrapper",
+    "slurm_triage.cli.wrap_cmd",
+    "slurm_triage.prolog_epilog.entry",
+    "slurm_triage.prolog_epilog.prolog",
+    "slurm_triage.prolog_epilog.epilog",
+    "slurm_triage.prolog_epilog.healthcheck",
+    "slurm_triage.prolog_epilog.decide",
+)
+
+
+def module_level_imports(tree: ast.Module) -> list[str]:
+    """What a module imports when it is imported (not inside functions, not for types)."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for inner in ast.walk(node) if not isinstance(node, ast.FunctionDef | ast.ClassDef) else ():
+            if isinstance(inner, ast.Import):
+                found += [a.name for a in inner.names]
+            elif isinstance(inner, ast.ImportFrom) and inner.module and inner.level == 0:
+                found.append(inner.module)
+                found += [f"{inner.module}.{a.name}" for a in inner.names]
+    return found
+
+
+def test_module_level_imports_leave_out_functions_and_types() -> None:
+    source = """
+import polars
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    import numpy
+def later():
+    import matplotlib
+"""
+    assert module_level_imports(ast.parse(source)) == ["polars", "typing", "typing.TYPE_CHECKING"]
+
+
+def test_the_node_programs_never_load_the_analytics() -> None:
+    """The wrapper and the slurm.conf programs import neither the analytics nor numpy,
+    polars, pandas or matplotlib when they start (shared/DESIGN.md's rule)."""
+    by_name = {m.name: m for m in modules()}
+    offenders = {}
+    for program in LIGHT_PROGRAMS:
+        seen, todo = set(), [program]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            parts = name.split(".")
+            # importing a.b.c runs a/__init__ and a.b/__init__ first
+            todo += [
+                ".".join(parts[:i]) for i in range(2, len(parts)) if ".".join(parts[:i]) in by_name
+            ]
+            if name in by_name:
+                todo += module_level_imports(by_name[name].tree)
+        heavy = sorted(n for n in seen if n.startswith(HEAVY))
+        if heavy:
+            offenders[program] = heavy
+    assert offenders == {}
