@@ -1,5 +1,5 @@
 """`slurm-triage replay`: a site's history under other policy settings (slurm_triage.replay;
-docs/twin-and-replay.md).
+docs/twin.md).
 
 Inputs as `report` takes them: a saved sacct file or sacct run now, node events from a
 file or the Slurm door, the decisions journal. Bad input is one line and exit 2; a Slurm

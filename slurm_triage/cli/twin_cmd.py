@@ -1,4 +1,4 @@
-"""`slurm-triage twin`: the cluster twin (slurm_triage.twin; docs/twin-and-replay.md).
+"""`slurm-triage twin`: the cluster twin (slurm_triage.twin; docs/twin.md).
 
 Needs the analytics extra (numpy; polars and matplotlib for --jobs-from and --out). Bad
 values are one-line errors (exit 2); `--validate` exits 1 when the twin misses the model.
@@ -95,7 +95,7 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="any other scenario value (docs/twin-and-replay.md), e.g. repair_h=48",
+        help="any other scenario value (docs/twin.md), e.g. repair_h=48",
     )
     parser.add_argument(
         "--validate",

@@ -4,5 +4,5 @@ door (`replay.door.SimDoor`), never a re-implementation of them.
 
 `run.compare(Scenario(...), policysets.parse("none,native,triage", []))` runs one scenario
 under each policy set; `validate` checks the twin against the model (analytics.model,
-analytics.simulate). Needs the `[analytics]` extra (numpy). docs/twin-and-replay.md.
+analytics.simulate). Needs the `[analytics]` extra (numpy). docs/twin.md.
 """

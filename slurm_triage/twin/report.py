@@ -161,7 +161,7 @@ def write_html(c: Comparison, validation: Validation | None, out: Path) -> Path:
         html_page.note(
             "Policy sets: "
             + "; ".join(f"{r.policy}: {r.description}" for r in c.results)
-            + ". Model and assumptions: docs/twin-and-replay.md."
+            + ". Model and assumptions: docs/twin.md."
         ),
     ]
     page = html_page.page(text, "slurm-triage twin", sections)

@@ -4,7 +4,7 @@ One frozen `Scenario` with units in the names; every value is checked at constru
 bad one is a one-line ScenarioError (exit 2). The defaults are the paper's cluster (Kokolis
 et al. 2024, RSC-1: 2,000 nodes of 8 GPUs, r_f 6.5 per 1000 node-days, lemons 1.2% of
 nodes, hourly checkpoints, 5-minute restarts); the rest are modelling assumptions, said
-where they are set and in docs/twin-and-replay.md.
+where they are set and in docs/twin.md.
 
 Faults: every node has a Poisson process of fault events; `rf_per_node_day` is the
 cluster-wide mean, so with lemons the other nodes run at rf / (1 - share + share * factor).
