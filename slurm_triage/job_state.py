@@ -87,25 +87,24 @@ _SHORT_CODES = {
     "SO": "STAGE_OUT",
     "ST": "STOPPED",
 }
-# job_state_string()'s flags, shown instead of the base state (slurm_protocol_defs.c).
-_SHOWN_FLAGS = frozenset(
-    {
-        JobState.COMPLETING,
-        JobState.STAGE_OUT,
-        JobState.CONFIGURING,
-        JobState.EXPEDITING,
-        JobState.RESIZING,
-        JobState.REQUEUED,
-        JobState.REQUEUE_FED,
-        JobState.REQUEUE_HOLD,
-        JobState.SPECIAL_EXIT,
-        JobState.STOPPED,
-        JobState.REVOKED,
-        JobState.RESV_DEL_HOLD,
-        JobState.SIGNALING,
-        JobState.UNKNOWN,
-    }
+# job_state_string()'s flags in its order (slurm_protocol_defs.c): Slurm's text (and
+# pyslurm's `state`) shows the first one set instead of the base state.
+SHOWN_FLAG_ORDER = (
+    JobState.COMPLETING,
+    JobState.STAGE_OUT,
+    JobState.CONFIGURING,
+    JobState.EXPEDITING,
+    JobState.RESIZING,
+    JobState.REQUEUED,
+    JobState.REQUEUE_FED,
+    JobState.REQUEUE_HOLD,
+    JobState.SPECIAL_EXIT,
+    JobState.STOPPED,
+    JobState.REVOKED,
+    JobState.RESV_DEL_HOLD,
+    JobState.SIGNALING,
 )
+_SHOWN_FLAGS = frozenset({*SHOWN_FLAG_ORDER, JobState.UNKNOWN})
 _FINISHED = frozenset(
     {
         JobState.COMPLETED,

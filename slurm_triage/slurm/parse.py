@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from slurm_triage import hostlist
+from slurm_triage.job_state import SHOWN_FLAG_ORDER
 from slurm_triage.slurm.errors import JobNotFound, SlurmOutputError
 from slurm_triage.slurm.model import JobInfo, JobState, NodeInfo
 
@@ -416,13 +417,8 @@ def _json_text(value: Any, *, required: bool = False) -> str:
 
 def _json_time(value: Any) -> int | None:
     """A plain int (v0.0.39 and 22.05) or {"set": bool, "infinite": bool, "number": int}."""
-    if isinstance(value, dict):
-        if not value.get("set") or value.get("infinite"):
-            return None
-        value = value.get("number")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        return None
-    return value
+    seconds = _json_count(value, default=None)
+    return seconds if seconds and seconds > 0 else None
 
 
 def _json_names(value: Any) -> tuple[str, ...]:
@@ -458,15 +454,6 @@ def parse_version(text: str) -> str:
     return match.group(1)
 
 
-# job_state_string()'s order (slurm_protocol_defs.c): the text form prints the first flag
-# set, else the base state. `scontrol --json` lists the base state first, then the flags.
-_SHOWN_FLAG_ORDER = (
-    "COMPLETING", "STAGE_OUT", "CONFIGURING", "EXPEDITING", "RESIZING", "REQUEUED",
-    "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD",
-    "SIGNALING",
-)  # fmt: skip
-
-
 def parse_scontrol_job_json(text: str, job_id: int) -> JobInfo:
     """One job from `scontrol --json show job N` (data_parser v0.0.41+, Slurm 24.05 on:
     the first to print the expanded output paths). JSON keeps every user-controlled field
@@ -495,10 +482,10 @@ def _job_from_json(raw: dict[str, Any], job_id: int) -> JobInfo:
     words = [words] if isinstance(words, str) else list(words)
     if not words or not all(isinstance(w, str) and w for w in words):
         raise ValueError("no job state")
+    # The base state comes first, then the flags; the text form shows the first flag set.
     base, flags = JobState.parse(words[0]), {w.upper() for w in words[1:]}
-    shown = next((JobState.parse(f) for f in _SHOWN_FLAG_ORDER if f in flags), base)
+    shown = next((f for f in SHOWN_FLAG_ORDER if f.value in flags), base)
     exit_code, exit_signal = _json_exit(raw.get("exit_code"))
-    time_limit = raw.get("time_limit")
     return JobInfo(
         job_id=job_id,
         state=shown,
@@ -520,9 +507,7 @@ def _job_from_json(raw: dict[str, Any], job_id: int) -> JobInfo:
         uid=_json_count(raw.get("user_id"), default=None),
         partition=_json_text(raw.get("partition")),
         num_nodes=_json_count(raw.get("node_count")),
-        time_limit_min=None
-        if isinstance(time_limit, dict) and time_limit.get("infinite")
-        else _json_count(time_limit, default=None),
+        time_limit_min=_json_count(raw.get("time_limit"), default=None),  # infinite: None
         admin_comment=_json_text(raw.get("admin_comment")),
         comment=_json_text(raw.get("comment")),
         source="scontrol",
