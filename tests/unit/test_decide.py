@@ -83,13 +83,17 @@ class Cluster:
     def end(self, state: str = "FAILED", exit_code: int = 1, restart: int = 0) -> Outcome:
         """The run ends and the decision runs, as EpilogSlurmctld would."""
         self.door.end_job(JOB, state, exit_code=exit_code)
+        return self.decide(restart=restart, exit_code=exit_code)
+
+    def decide(self, *, restart: int = 0, exit_code: int = 1, exit_signal: int = 0) -> Outcome:
+        """The decision for the run that just ended, as Slurm left it in the door."""
         ending = JobEnd(
             job_id=JOB,
             restart=restart,
             nodes=NODES,
             uid=USER,
             exit_code=exit_code,
-            exit_signal=0,
+            exit_signal=exit_signal,
             ended_at=time.time(),
         )
         return decide(self.config, ending, self.door, self.journal, {})
@@ -338,21 +342,7 @@ def test_a_failed_ending_is_never_recorded_as_completed(cluster: Cluster) -> Non
     nodes' root records)."""
     cluster.door.end_job(JOB, "FAILED", exit_code=1)
     cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], exit_code=0, state_reason="None")
-    decide(
-        cluster.config,
-        JobEnd(
-            job_id=JOB,
-            restart=0,
-            nodes=NODES,
-            uid=USER,
-            exit_code=1,
-            exit_signal=0,
-            ended_at=time.time(),
-        ),
-        cluster.door,
-        cluster.journal,
-        {},
-    )
+    cluster.decide(restart=0, exit_code=1, exit_signal=0)
     assert cluster.row().state == "FAILED"
 
 
@@ -504,16 +494,7 @@ def test_a_second_decider_for_the_same_job_end_does_nothing(cluster: Cluster) ->
     cluster.root_record("node2", xid79("node2"))
     assert cluster.end().decided
     cluster.door.calls.clear()
-    ending = JobEnd(
-        job_id=JOB,
-        restart=0,
-        nodes=NODES,
-        uid=USER,
-        exit_code=1,
-        exit_signal=0,
-        ended_at=time.time(),
-    )
-    again = decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    again = cluster.decide(restart=0, exit_code=1, exit_signal=0)
     assert not again.decided and cluster.door.mutations() == []
 
 
@@ -524,16 +505,7 @@ def test_a_job_slurm_requeued_itself_is_not_requeued_twice(cluster: Cluster) -> 
     cluster.door.jobs[JOB] = replace(
         cluster.door.jobs[JOB], state=JobState.PENDING, restart_count=1, start_time=None
     )
-    ending = JobEnd(
-        job_id=JOB,
-        restart=1,
-        nodes=NODES,
-        uid=USER,
-        exit_code=1,
-        exit_signal=0,
-        ended_at=time.time(),
-    )
-    decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    cluster.decide(restart=1, exit_code=1, exit_signal=0)
     assert "requeue" not in cluster.door.methods()
     assert [c.method for c in cluster.door.mutations()] == [
         "set_excluded_nodes",
@@ -620,16 +592,7 @@ def test_a_completing_jobs_shrinking_node_count_still_must_fit(tmp_path: Path) -
     cluster.root_record("node2", xid79("node2"))
     door.end_job(JOB, "FAILED", exit_code=1)
     door.jobs[JOB] = replace(door.jobs[JOB], num_nodes=1)
-    ending = JobEnd(
-        job_id=JOB,
-        restart=0,
-        nodes=NODES,
-        uid=USER,
-        exit_code=1,
-        exit_signal=0,
-        ended_at=time.time(),
-    )
-    decide(cluster.config, ending, door, cluster.journal, {})
+    cluster.decide(restart=0, exit_code=1, exit_signal=0)
     assert cluster.row().excluded == ()
 
 
@@ -657,16 +620,7 @@ def test_where_slurm_shows_the_state_under_completing_accounting_is_not_asked(
     cluster.door.end_job(JOB, state, exit_code=exit_code, shows_base_state=True)
     # Accounting would say otherwise: it must not be the source.
     cluster.door.accounting[JOB] = replace(cluster.door.accounting[JOB], state=JobState.RUNNING)
-    ending = JobEnd(
-        job_id=JOB,
-        restart=0,
-        nodes=NODES,
-        uid=USER,
-        exit_code=exit_code,
-        exit_signal=0,
-        ended_at=time.time(),
-    )
-    decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    cluster.decide(restart=0, exit_code=exit_code, exit_signal=0)
     assert "accounted_job" not in cluster.door.methods()
     assert cluster.row().state == state
     if state == "COMPLETED":
@@ -679,16 +633,7 @@ def test_a_cancel_still_asks_accounting_who_cancelled(cluster: Cluster) -> None:
     cluster.door.end_job(
         JOB, "CANCELLED", signal=15, state_text="CANCELLED by 0", shows_base_state=True
     )
-    ending = JobEnd(
-        job_id=JOB,
-        restart=0,
-        nodes=NODES,
-        uid=USER,
-        exit_code=0,
-        exit_signal=15,
-        ended_at=time.time(),
-    )
-    decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    cluster.decide(restart=0, exit_code=0, exit_signal=15)
     assert "accounted_job" in cluster.door.methods()
     assert cluster.row().state == "CANCELLED by 0"
 
@@ -702,16 +647,7 @@ def test_a_prolog_failure_requeue_at_completing_is_read_as_requeued(
     ended is journalled REQUEUED under its own restart count and is not requeued again."""
     cluster.root_record("node2", xid79("node2"))
     cluster.door.requeue_after_prolog_failure(JOB, shows_base_state=shows_base_state)
-    ending = JobEnd(
-        job_id=JOB,
-        restart=1,
-        nodes=NODES,
-        uid=USER,
-        exit_code=0,
-        exit_signal=0,
-        ended_at=time.time(),
-    )
-    decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    cluster.decide(restart=1, exit_code=0, exit_signal=0)
     assert ("accounted_job" in cluster.door.methods()) is not shows_base_state
     assert "requeue" not in cluster.door.methods()
     assert cluster.row(0).state == "REQUEUED"
@@ -727,16 +663,7 @@ def test_every_ended_failure_and_a_clean_end_after_requeues_have_an_admin_commen
     assert comment(cluster.door)["cause"] == "gpu_unavailable"
     cluster.start_run()
     cluster.door.end_job(JOB, "COMPLETED")
-    end = JobEnd(
-        job_id=JOB,
-        restart=1,
-        nodes=NODES,
-        uid=USER,
-        exit_code=0,
-        exit_signal=0,
-        ended_at=time.time(),
-    )
-    decide(cluster.config, end, cluster.door, cluster.journal, {})
+    cluster.decide(restart=1, exit_code=0, exit_signal=0)
     assert cluster.door.accounting[JOB].admin_comment == (
         "triage: completed after 1 requeue; earlier: gpu_unavailable on node2"
     )

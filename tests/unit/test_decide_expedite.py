@@ -15,7 +15,6 @@ import pytest
 
 from slurm_triage.evidence import RootException
 from slurm_triage.prolog_epilog import decide as decide_module
-from slurm_triage.prolog_epilog.decide import decide
 from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm import JobState
 from slurm_triage.taxonomy import Cause
@@ -40,16 +39,7 @@ def _settle(cluster: Cluster, *, epilog_failed_on: tuple[str, ...] = (), exit_co
         cluster.door.fail_epilog(node)
     cluster.door.finish_expedited_requeue(JOB, epilog_failed=bool(epilog_failed_on))
     # EpilogSlurmctld's environment names the run that ended (before Slurm requeued it).
-    ending = JobEnd(
-        job_id=JOB,
-        restart=0,
-        nodes=NODES,
-        uid=USER,
-        exit_code=exit_code,
-        exit_signal=0,
-        ended_at=time.time(),
-    )
-    return decide(cluster.config, ending, cluster.door, cluster.journal, {})
+    return cluster.decide(restart=0, exit_code=exit_code)
 
 
 @needs_root
@@ -86,21 +76,7 @@ def test_a_restart_that_already_finished_is_not_requeued_again(cluster: Cluster)
     cluster.start_run()
     cluster.door.end_job(JOB, "COMPLETED", exit_code=0)
     cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], state=JobState.COMPLETED)
-    decide(
-        cluster.config,
-        JobEnd(
-            job_id=JOB,
-            restart=0,
-            nodes=NODES,
-            uid=USER,
-            exit_code=1,
-            exit_signal=0,
-            ended_at=time.time(),
-        ),
-        cluster.door,
-        cluster.journal,
-        {},
-    )
+    cluster.decide(restart=0, exit_code=1, exit_signal=0)
     door = cluster.door
     assert not {"requeue", "release", "cancel", "set_excluded_nodes"} & set(door.methods())
     row = cluster.row(0)
