@@ -5,6 +5,7 @@ Every refusal is a one-line TriageError (exit 2), never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import math
 from datetime import datetime
 from typing import Any
@@ -74,3 +75,18 @@ def require_extra(what: str) -> None:
             f"{what} needs the analytics extra ({exc.name} is missing): "
             "pip install 'slurm-triage[analytics]'"
         ) from None
+
+
+def node_events_from_args(args: argparse.Namespace, context: Any) -> Any:
+    """Node events: the saved file, else (with --since) through the Slurm door."""
+    from slurm_triage.analytics import node_events
+
+    if args.events is not None:
+        return node_events.read_events_file(args.events)
+    if args.since is None or args.no_events:
+        return None
+    from slurm_triage.analytics.fetch import fetch_node_events
+
+    since = parse_date(args.since, "--since")
+    until = parse_date(args.until, "--until") if args.until else None
+    return fetch_node_events(context.config().slurm, since, until)

@@ -18,6 +18,7 @@ from typing import Any
 
 from slurm_triage.cli.analytics_args import (
     FORCE_HELP,
+    node_events_from_args,
     number,
     parse_date,
     positive_int,
@@ -157,21 +158,6 @@ def _accounting(args: argparse.Namespace, context: Any) -> Any:
     )
 
 
-def _events(args: argparse.Namespace, context: Any) -> Any:
-    """Node events: the saved file, else (with --since) through the Slurm door."""
-    from slurm_triage.analytics import node_events
-
-    if args.events is not None:
-        return node_events.read_events_file(args.events)
-    if args.since is None or args.no_events:
-        return None
-    from slurm_triage.analytics.fetch import fetch_node_events
-
-    since = parse_date(args.since, "--since")
-    until = parse_date(args.until, "--until") if args.until else None
-    return fetch_node_events(context.config().slurm, since, until)
-
-
 def _report(args: argparse.Namespace, context: Any) -> int:
     require_extra("report")
     from slurm_triage.analytics import report
@@ -189,7 +175,7 @@ def _report(args: argparse.Namespace, context: Any) -> int:
     accounting = _accounting(args, context)
     phases = Phases()
     with phases("reading node events and the journal"):
-        events = _events(args, context)
+        events = node_events_from_args(args, context)
         journal = _attributions(args, context)
     warm.join()
     try:

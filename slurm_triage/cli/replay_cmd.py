@@ -13,7 +13,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from slurm_triage.cli.analytics_args import number, parse_date, require_extra
+from slurm_triage.cli.analytics_args import (
+    node_events_from_args,
+    number,
+    parse_date,
+    require_extra,
+)
 from slurm_triage.errors import TriageError
 
 DESCRIPTION = """\
@@ -112,7 +117,7 @@ def _replay(args: argparse.Namespace, context: Any) -> int:
     acting = dataclasses.replace(config.policy, act=True)
     tried = settings(acting, config.health, args.tries, **assumptions)
     accounting = _accounting(args, context)
-    events = _events(args, context)
+    events = node_events_from_args(args, context)
     journal = _journal(args, context)
     history = history_mod.build(accounting, events, journal)
     outcomes = [replay(history, setting) for setting in tried]
@@ -137,21 +142,6 @@ def _accounting(args: argparse.Namespace, context: Any) -> Any:
     until = parse_date(args.until, "--until") if args.until else None
     text = fetch_sacct(context.config().slurm, since, until)
     return ingest.read_sacct_text(text, source=f"sacct since {args.since}")
-
-
-def _events(args: argparse.Namespace, context: Any) -> Any:
-    """Node events: the saved file, else (with --since) through the Slurm door."""
-    from slurm_triage.analytics import node_events
-
-    if args.events is not None:
-        return node_events.read_events_file(args.events)
-    if args.since is None or args.no_events:
-        return None
-    from slurm_triage.analytics.fetch import fetch_node_events
-
-    since = parse_date(args.since, "--since")
-    until = parse_date(args.until, "--until") if args.until else None
-    return fetch_node_events(context.config().slurm, since, until)
 
 
 def _journal(args: argparse.Namespace, context: Any) -> Path | None:
