@@ -280,6 +280,55 @@ class NotifyConfig:
 
 
 @dataclass(frozen=True)
+class RepairConfig:
+    """The node lifecycle after a drain: repair, burn-in, return or RMA (docs/repair.md).
+
+    Carried out by `slurm-triage nodes reconcile` on the controller (a systemd timer,
+    contrib/slurm-triage-reconcile.timer). With enabled = false nothing is repaired and the
+    health check resumes the nodes it drained itself, as before; lemons and RMA nodes
+    never come back by themselves either way."""
+
+    # true: reconcile repairs drained nodes (GPU reset, reboot), burns them in and returns
+    # them; the health check then resumes nothing: every return goes through burn-in.
+    enabled: bool = False
+    # The repairs reconcile may ask for. A reset the cause allows needs the node idle and
+    # its own HealthCheckProgram (root) to do it; a reboot is `scontrol reboot ASAP
+    # nextstate=DOWN` and needs slurm.conf's RebootProgram. A cause whose repair is not
+    # allowed stays drained for a person.
+    gpu_reset: bool = True
+    reboot: bool = True
+    # Circuit breaker: never more than this share of the cluster's nodes (and at least
+    # min_nodes_in_repair) repairing or in burn-in at once; the others wait drained.
+    max_share_in_repair: float = field(default=0.05, metadata=_range(0, 1))
+    min_nodes_in_repair: int = field(default=1, metadata=_range(0, 100000))
+    # A node repaired this many times within rma_window_days goes to RMA instead.
+    rma_after_cycles: int = field(default=3, metadata=_range(1, 1000))
+    rma_window_days: float = field(default=30.0, metadata=_range(0.01, 3650))
+    # A reboot or GPU reset that has not finished after this long needs a person.
+    repair_timeout_s: float = field(default=3600.0, metadata=_range(60, 86400 * 7))
+    # After a passed burn-in a lemon (policy.lemon_*) stays suspect this long: in service,
+    # with a higher Weight and the feature below, so large jobs land elsewhere first.
+    lemon_cooldown_h: float = field(default=24.0, metadata=_range(0, 24 * 365))
+    # A node in service becomes suspect when this many failed jobs blamed it (root-backed)
+    # within policy.lemon_window_days, below the lemon bar; 0: only lemons are suspect.
+    suspect_failed_jobs: int = field(default=2, metadata=_range(0, 100000))
+    # The Slurm node Weight and feature of a suspect node (Slurm fills low weights first;
+    # jobs may ask --constraint='!triage_suspect').
+    suspect_weight: int = field(default=65000, metadata=_range(1, 4294967294))
+    suspect_feature: str = "triage_suspect"
+    # Burn-in runs as a Slurm job (`slurm-triage burn-in`) in a maintenance reservation
+    # triage_burnin_<node> for this user; root by default, since the screen reads the
+    # kernel log and NVML as root.
+    burn_in_user: str = "root"
+    burn_in_time_limit_min: int = field(default=60, metadata=_range(1, 10080))
+    # The site's own burn-in after the health screen and DCGM, e.g. an NCCL all-reduce or a
+    # GEMM test: an argument list, run without a shell; exit 0 passes. Empty: none.
+    burn_in_command: tuple[str, ...] = ()
+    # Run `dcgmi diag -r <level>` during burn-in when dcgmi is on PATH (0: never).
+    burn_in_dcgm_level: int = field(default=2, metadata=_range(0, 4))
+
+
+@dataclass(frozen=True)
 class Config:
     """The effective configuration of one slurm-triage process."""
 
@@ -292,6 +341,7 @@ class Config:
     decision: DecisionConfig = field(default_factory=DecisionConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    repair: RepairConfig = field(default_factory=RepairConfig)
     source: str = field(default="<defaults>", compare=False)
 
 
