@@ -107,6 +107,10 @@ _MCE = re.compile(
 )
 _EDAC_UE = re.compile(r"^EDAC (?:\S+ )?MC\d+: \d+ UE \w")
 _PANIC = re.compile(r"^Kernel panic - not syncing: (.*)")
+# init/version.c's linux_banner, the first line of every boot: "Linux version 6.1.0-28-amd64
+# (debian-kernel@...) (gcc-12 ...) #1 SMP ...". Longer than a task name (16 bytes), so a
+# process cannot forge it through a line that starts with its name.
+_BOOT = re.compile(r"^Linux version \d+\.\d+\S* \(\S+@\S+\) ")
 
 # --- OOM killer (mm/oom_kill.c, old and new wording) -----------------------------------------
 _OOM_KILL = re.compile(
@@ -371,6 +375,8 @@ def _events(msg: str, last_bdf: str | None) -> Iterator[_Found]:
         yield _K.AER_UNCORRECTED, None, normalise_bdf(bdf), msg, None
     elif _MCE.match(msg):
         yield _K.MCE, None, None, msg, None
+    elif _BOOT.match(msg):
+        yield _K.BOOT, None, None, msg[:80], None
     elif _EDAC_UE.match(msg):
         yield _K.EDAC_UE, None, None, msg, None
     elif found := _PANIC.match(msg):

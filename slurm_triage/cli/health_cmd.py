@@ -40,14 +40,21 @@ def register(sub: Any) -> None:
         description="Change a simulated node's hardware state the way a real fault would "
         "show up: NVML state, kernel log, sysfs, mounts. Faults: xid=N, ecc=N, remap_pending, "
         "remap_failure, nvlink_down[=LINK], gpu_lost, ib_down, mount_hung, nvml_hang[=S], "
-        'nvml_error=CODE, driver_unloaded, clear. Needs health.nvml = "simulated" to be '
-        "seen by the checks.",
+        "nvml_error=CODE, driver_unloaded, clear; and the repairs reboot (transient faults "
+        "clear, the kernel logs a new boot, persistent faults return) and gpu_reset (one "
+        'GPU, --gpu). Needs health.nvml = "simulated" to be seen by the checks.',
     )
     inject.add_argument("--node", required=True, help="simulated node, e.g. node2")
     inject.add_argument("fault", metavar="FAULT[=VALUE]")
     inject.add_argument("--gpu", type=int, default=0, help="GPU index (default 0)")
     inject.add_argument("--port", type=int, default=0, help="HCA index for ib_down")
     inject.add_argument("--mount", default="home", help="mount name for mount_hung")
+    inject.add_argument(
+        "--persistent",
+        action="store_true",
+        help="broken hardware: the fault comes back after every reboot and GPU reset "
+        "(until `clear`)",
+    )
     inject.set_defaults(handler=_inject)
 
 
@@ -141,6 +148,7 @@ def _inject(args: argparse.Namespace, context: Any) -> int:
                 gpu=args.gpu,
                 port=args.port,
                 mount=args.mount,
+                persistent=args.persistent,
             )
         )
     except InjectError as exc:

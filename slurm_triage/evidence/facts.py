@@ -109,6 +109,7 @@ class KernelEventKind(StrEnum):
     FS_UNRESPONSIVE = "fs_unresponsive"
     GSP_TIMEOUT = "gsp_timeout"
     HEALTH_CHECK_FAILED = "health_check_failed"
+    BOOT = "boot"  # the kernel's banner: nothing before it is the running kernel's state
     UNKNOWN = "unknown"
 
 

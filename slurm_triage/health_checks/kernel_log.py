@@ -65,10 +65,22 @@ def _read_kmsg(path: str) -> list[str]:
 
 
 def _recent(events: Sequence[KernelEvent], now: float, window_s: float) -> list[KernelEvent]:
-    """Events dated within the window. A line without a time (dmesg's seconds since boot in a
-    file, a form with no wall clock, no prefix at all) could be from any day: it never
-    counts, or a single old line would drain the node on every run."""
-    return [e for e in events if e.time is not None and now - window_s <= e.time <= now + 300]
+    """Events dated within the window and since the newest boot. A line without a time
+    (dmesg's seconds since boot in a file, a form with no wall clock, no prefix at all) could
+    be from any day: it never counts, or a single old line would drain the node on every run.
+    A log file (rsyslog's kern.log) keeps the lines of earlier boots: an XID from before the
+    reboot that repaired the node is history, not the node's state."""
+    since = now - window_s
+    for e in events:
+        if e.event is KernelEventKind.BOOT and e.time is not None and e.time <= now + 300:
+            since = max(since, e.time)
+    return [
+        e
+        for e in events
+        if e.time is not None
+        and since <= e.time <= now + 300
+        and e.event is not KernelEventKind.BOOT
+    ]
 
 
 def _undated_xids(events: Sequence[KernelEvent]) -> int:

@@ -7,9 +7,14 @@ Layout under the estate root, per node:
     <root>/<node>/mountinfo     /proc/self/mountinfo lines for the required mounts
     <root>/<node>/mounts/NAME   the mount points; a hung mount is a FIFO, whose open() blocks
                                 like a stat on a dead hard NFS mount
+    <root>/<node>/persistent.json  faults injected with `persistent=True`: hardware that is
+                                broken, not upset, so a reboot or a GPU reset brings them back
 
 `inject()` changes that state the way the real fault would show up in each source, so the
 real readers and checks see a consistent node. Writes are atomic (temp file + rename).
+Two pseudo-faults repair: `reboot` (what the dev cluster's RebootProgram does: every transient
+fault clears, the kernel logs a fresh boot banner, persistent faults come back) and
+`gpu_reset` (what `nvidia-smi --gpu-reset -i N` does to one GPU's NVML-visible state).
 """
 
 from __future__ import annotations
@@ -86,8 +91,19 @@ FAULTS = (
     "nvml_error",
     "driver_unloaded",
     "clear",
+    "reboot",
+    "gpu_reset",
     *(f"board_{board}" for board in BOARDS),
 )
+# What the kernel prints first at every boot (init/version.c's linux_banner), as rsyslog
+# writes it to kern.log; the kernel-log check counts nothing from before the newest one.
+BOOT_BANNER = (
+    "Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian 12.2.0-14) "
+    "12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1 "
+    "(2024-11-22)"
+)
+# The pseudo-faults that repair or reset rather than break: never recorded as persistent.
+_NOT_FAULTS = ("clear", "reboot", "gpu_reset")
 
 
 class InjectError(TriageError):
@@ -211,6 +227,19 @@ class NodeEstate:
             )
         self.mountinfo.write_text("\n".join(lines) + "\n")
 
+    @property
+    def persistent(self) -> Path:
+        return self.dir / "persistent.json"
+
+    def persistent_faults(self) -> list[dict[str, Any]]:
+        try:
+            faults = json.loads(self.persistent.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            raise InjectError(f"{self.persistent}: unreadable ({exc})") from None
+        return faults if isinstance(faults, list) else []
+
     def load(self) -> dict[str, Any]:
         return json.loads(self.nvml_state.read_text())
 
@@ -234,12 +263,83 @@ def inject(
     gpu: int = 0,
     port: int = 0,
     mount: str = MOUNTS[0],
+    *,
+    persistent: bool = False,
 ) -> str:
-    """Change the node's state as `fault` would; returns a one-line description."""
+    """Change the node's state as `fault` would; returns a one-line description.
+
+    `persistent`: the hardware is broken for good (until `clear`, a person's repair): the
+    fault comes back after every `reboot` and `gpu_reset`."""
     estate.ensure()
     if fault == "clear":
         estate.reset()
+        estate.persistent.unlink(missing_ok=True)
         return f"{estate.node}: all faults cleared"
+    if persistent and (fault in _NOT_FAULTS or fault.startswith("board_")):
+        raise InjectError(f"{fault} is a repair, not a fault: it cannot be persistent")
+    if fault == "reboot":
+        return reboot(estate)
+    if fault == "gpu_reset":
+        if not 0 <= gpu < GPUS:
+            raise InjectError(f"--gpu must be 0..{GPUS - 1}")
+        return reset_gpu(estate, gpu)
+    described = _inject_fault(estate, fault, value, gpu, port, mount)
+    if persistent:
+        faults = estate.persistent_faults()
+        faults.append({"fault": fault, "value": value, "gpu": gpu, "port": port, "mount": mount})
+        write_atomically(estate.persistent, json.dumps(faults, indent=1))
+        described += " (persistent: survives reboot and GPU reset)"
+    return described
+
+
+def reboot(estate: NodeEstate) -> str:
+    """What a power cycle does to the node: every transient fault clears, the kernel starts
+    a new log with its banner, and what is broken for good is broken again."""
+    faults = estate.persistent_faults()
+    earlier = estate.kernel_log.read_text() if estate.kernel_log.exists() else ""
+    estate.reset()
+    # kern.log is a file: it keeps the old boot's lines, as rsyslog's does.
+    estate.kernel_log.write_text(earlier)
+    estate.kernel_line(BOOT_BANNER)
+    for f in faults:
+        _inject_fault(estate, f["fault"], f["value"], f["gpu"], f["port"], f["mount"])
+    back = f"; {len(faults)} persistent fault(s) back" if faults else ""
+    return f"{estate.node}: rebooted{back}"
+
+
+def reset_gpu(estate: NodeEstate, gpu: int) -> str:
+    """What a GPU reset does to one GPU's NVML state: a lost or reset-required GPU comes back,
+    volatile ECC counts clear, a pending row remap is applied; aggregate counts and a remap
+    failure stay. A persistent fault on that GPU is back at once."""
+    state = estate.load()
+    if not state["driver"].get("loaded", True):
+        raise InjectError("no GPU reset without the NVIDIA driver loaded")
+    g = state["gpus"][gpu]
+    fresh = _gpu_state(gpu, estate._board())
+    for key in ("lost", "reset_required", "ecc_volatile_uncorrected", "recovery_action"):
+        g[key] = fresh[key]
+    g["nvlink"] = fresh["nvlink"]
+    if g["remap"][2]:
+        g["remap"][2] = 0
+    estate.save(state)
+    back = [
+        f for f in estate.persistent_faults() if f["gpu"] == gpu and f["fault"] not in _NODE_WIDE
+    ]
+    for f in back:
+        _inject_fault(estate, f["fault"], f["value"], f["gpu"], f["port"], f["mount"])
+    again = f"; {len(back)} persistent fault(s) back" if back else ""
+    return f"{estate.node}: GPU{gpu} {g['bus_id']} reset{again}"
+
+
+# Faults that are not a GPU's own: a GPU reset does not bring them back (or clear them).
+_NODE_WIDE = ("ib_down", "mount_hung", "nvml_hang", "nvml_error", "driver_unloaded") + tuple(
+    f"aer_{kind}" for kind in sysfs.AER_FILES
+)
+
+
+def _inject_fault(
+    estate: NodeEstate, fault: str, value: int | None, gpu: int, port: int, mount: str
+) -> str:
     if fault.startswith("board_") and fault in FAULTS:
         board = fault.removeprefix("board_")
         estate.reset(board)
