@@ -2,59 +2,87 @@
 
 JSON lines in production (a file, syslog, or stderr when it is not a terminal); readable
 console lines on a TTY. Configured once per process by `setup_logging(config.logging)`;
-`get_logger()` works before that too (console to stderr), so early errors are never lost.
+`get_logger()` works before that too, so early errors are never lost.
+
+The JSON path is our own few lines, not structlog: importing structlog imports asyncio
+(structlog/__init__ -> structlog.stdlib), tens of milliseconds that every Prolog, Epilog,
+EpilogSlurmctld and wrapped rank would pay for nothing. The lines are the ones structlog's
+chain (add_log_level, TimeStamper(fmt="iso", utc=True), dict_tracebacks, JSONRenderer)
+made: the bound keys, the call's keys, `event`, `level`, `timestamp`, `program`, in that
+order (tests/unit/test_logs.py compares them with structlog's). structlog is imported only
+where it earns its cost: console rendering on a terminal, an exception's traceback, and a
+process that never called `setup_logging` (tests, where structlog.testing.capture_logs
+sees every event).
 """
 
 from __future__ import annotations
 
-import logging
+import contextlib
+import json
 import os
 import sys
 import syslog
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, TextIO
-
-import structlog
 
 from slurm_triage.config import LoggingConfig
 
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _SYSLOG_PRIORITY = {
     "debug": syslog.LOG_DEBUG,
     "info": syslog.LOG_INFO,
     "warning": syslog.LOG_WARNING,
     "error": syslog.LOG_ERR,
     "critical": syslog.LOG_CRIT,
-    "exception": syslog.LOG_ERR,
 }
 
-
-class SyslogLogger:
-    """A structlog-wrappable logger that sends each rendered line to syslog."""
-
-    def __init__(self, ident: str, facility: str) -> None:
-        syslog.openlog(ident, syslog.LOG_PID, getattr(syslog, f"LOG_{facility.upper()}"))
-
-    def _emit(self, level: str, message: str) -> None:
-        syslog.syslog(_SYSLOG_PRIORITY.get(level, syslog.LOG_INFO), message)
-
-    def msg(self, message: str) -> None:
-        self._emit("info", message)
-
-    def __getattr__(self, level: str) -> Any:
-        return lambda message: self._emit(level, message)
+# (level name, rendered line) -> None: where one configured process's lines go.
+Writer = Callable[[str, str], None]
 
 
-class SyslogLoggerFactory:
-    def __init__(self, ident: str, facility: str) -> None:
-        self._logger = SyslogLogger(ident, facility)
+class _Sink:
+    """The configuration in force: the lowest level written, how a line is rendered, where
+    it goes."""
 
-    def __call__(self, *args: Any) -> SyslogLogger:
-        return self._logger
+    def __init__(self, min_level: int, program: str, writer: Writer, console_colors: bool | None):
+        self.min_level, self.program, self.writer = min_level, program, writer
+        # None: JSON lines; else console text, with or without colours.
+        self.console_colors = console_colors
+        self._console: Any = None
+
+    def console(self) -> Any:
+        """structlog's ConsoleRenderer, imported on the first console line (a terminal)."""
+        if self._console is None:
+            from structlog.dev import ConsoleRenderer
+
+            self._console = ConsoleRenderer(colors=bool(self.console_colors))
+        return self._console
+
+
+_sink: _Sink | None = None
+_floor = 0  # quiet(): events below this level are dropped whatever the configuration
+
+
+def _stream_writer(stream: TextIO) -> Writer:
+    lock = threading.Lock()
+
+    def write(_level: str, line: str) -> None:
+        with lock:
+            stream.write(line + "\n")
+            stream.flush()
+
+    return write
+
+
+def _syslog_writer(ident: str, facility: str) -> Writer:
+    syslog.openlog(ident, syslog.LOG_PID, getattr(syslog, f"LOG_{facility.upper()}"))
+
+    def write(level: str, line: str) -> None:
+        syslog.syslog(_SYSLOG_PRIORITY.get(level, syslog.LOG_INFO), line)
+
+    return write
 
 
 def _open_log_file(path: str) -> TextIO:
@@ -71,60 +99,53 @@ def setup_logging(
     *,
     job_output: bool = False,
 ) -> None:
-    """Configure structlog for this process. When the log file cannot be opened, fall back
+    """Configure logging for this process. When the log file cannot be opened, fall back
     to stderr, or, for a process whose stderr is a job's output (`job_output`: the wrapper,
     running as the job's user, who cannot write the site's log file), to syslog, so our
     own log trouble never lands in the researcher's job log."""
+    global _sink
     stream = stream or sys.stderr
     fallback_reason = fallback = None
-    factory: Any
+    writer: Writer
     if config.destination == "syslog":
-        factory = SyslogLoggerFactory(program, config.syslog_facility)
+        writer = _syslog_writer(program, config.syslog_facility)
         use_json = config.format != "console"
     elif config.destination == "file":
         try:
-            factory = structlog.PrintLoggerFactory(file=_open_log_file(config.file))
+            writer = _stream_writer(_open_log_file(config.file))
         except OSError as exc:
             fallback_reason = f"{config.file}: {exc.strerror}"
             if job_output:
                 fallback = "syslog"
-                factory = SyslogLoggerFactory(program, config.syslog_facility)
+                writer = _syslog_writer(program, config.syslog_facility)
             else:
                 fallback = "stderr"
-                factory = structlog.PrintLoggerFactory(file=stream)
+                writer = _stream_writer(stream)
         use_json = config.format != "console"
     else:
-        factory = structlog.PrintLoggerFactory(file=stream)
+        writer = _stream_writer(stream)
         use_json = config.format == "json" or (config.format == "auto" and not _isatty(stream))
-    processors: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    if use_json:
-        processors += [
-            structlog.processors.dict_tracebacks,
-            _add_program(program),
-            structlog.processors.JSONRenderer(sort_keys=False),
-        ]
-    else:
-        processors.append(structlog.dev.ConsoleRenderer(colors=_isatty(stream)))
-    structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[config.level]),
-        logger_factory=factory,
-        cache_logger_on_first_use=False,
-    )
+    _sink = _Sink(_LEVELS[config.level], program, writer, None if use_json else _isatty(stream))
     if fallback_reason:
         get_logger().warning("log_file_unwritable", reason=fallback_reason, using=fallback)
 
 
-def _add_program(program: str) -> Any:
-    def processor(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
-        event.setdefault("program", program)
-        return event
+def reset_logging() -> None:
+    """Back to the unconfigured state (tests: each starts as a fresh process would)."""
+    global _sink, _floor
+    _sink, _floor = None, 0
 
-    return processor
+
+@contextlib.contextmanager
+def quiet(level: str = "critical") -> Iterator[None]:
+    """Drop events below `level` for the duration (the twin runs our decision code
+    millions of times and must not log each decision)."""
+    global _floor
+    saved, _floor = _floor, _LEVELS[level]
+    try:
+        yield
+    finally:
+        _floor = saved
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -134,10 +155,71 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
+def _json_default(obj: Any) -> Any:
+    """What structlog's JSONRenderer does with a value json cannot serialise."""
+    try:
+        return obj.__structlog__()
+    except AttributeError:
+        return repr(obj)
+
+
+def _emit(level: str, bound: dict[str, Any], event: str, fields: dict[str, Any]) -> None:
+    if _LEVELS[level] < _floor:
+        return
+    sink = _sink
+    if sink is None:
+        import structlog
+
+        getattr(structlog.get_logger(**bound), level)(event, **fields)
+        return
+    if _LEVELS[level] < sink.min_level:
+        return
+    event_dict = {**bound, **fields}
+    event_dict["event"] = event
+    event_dict["level"] = level
+    event_dict["timestamp"] = datetime.now(tz=UTC).isoformat().replace("+00:00", "Z")
+    if sink.console_colors is not None:
+        sink.writer(level, sink.console()(None, level, event_dict))
+        return
+    if "exc_info" in event_dict:
+        from structlog.processors import dict_tracebacks
+
+        event_dict = dict_tracebacks(None, level, event_dict)
+    event_dict.setdefault("program", sink.program)
+    sink.writer(level, json.dumps(event_dict, default=_json_default))
+
+
+class Logger:
+    """A logger with constant context; each call takes the configuration in force then."""
+
+    __slots__ = ("_bound",)
+
+    def __init__(self, bound: dict[str, Any]) -> None:
+        self._bound = bound
+
+    def bind(self, **fields: Any) -> Logger:
+        return Logger({**self._bound, **fields})
+
+    def debug(self, event: str, **fields: Any) -> None:
+        _emit("debug", self._bound, event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        _emit("info", self._bound, event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        _emit("warning", self._bound, event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        _emit("error", self._bound, event, fields)
+
+    def critical(self, event: str, **fields: Any) -> None:
+        _emit("critical", self._bound, event, fields)
+
+
 def get_logger(**bound: Any) -> Any:
-    """A structlog logger; bind constant context (job id, node) as keyword fields.
+    """A logger; bind constant context (job id, node) as keyword fields.
 
     Lazy: it takes the configuration in force when it logs, not the one when it was made,
     so a module-level logger (made at import, before `setup_logging`) still writes JSON to
     the configured file rather than console text to stdout."""
-    return structlog.get_logger(**bound)
+    return Logger(bound)

@@ -11,6 +11,8 @@ import pytest
 import structlog
 from hypothesis import settings
 
+from slurm_triage.logs import reset_logging
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 # Hypothesis: a fuzz failure must fail the same way on the next run and on a laptop. The
@@ -41,9 +43,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _reset_logging() -> Iterator[None]:
-    """Each test starts with structlog's defaults, whatever an earlier test configured."""
+    """Each test starts with logging unconfigured and structlog's defaults, whatever an
+    earlier test configured."""
     yield
     structlog.reset_defaults()
+    reset_logging()
 
 
 @pytest.fixture(autouse=True)

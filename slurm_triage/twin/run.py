@@ -9,15 +9,13 @@ they carry is counted in the result anyway.
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
+from slurm_triage.logs import quiet
 from slurm_triage.twin import faults as faults_mod
 from slurm_triage.twin import workload as workload_mod
 from slurm_triage.twin.engine import Inputs, Twin
@@ -58,12 +56,8 @@ def inputs(scenario: Scenario) -> Inputs:
 @contextlib.contextmanager
 def quiet_logs() -> Iterator[None]:
     """Drop our log lines below CRITICAL for the duration, then restore the setup."""
-    saved = structlog.get_config()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
-    try:
+    with quiet("critical"):
         yield
-    finally:
-        structlog.configure(**saved)
 
 
 def run_one(made: Inputs, policy_set: PolicySet) -> TwinResult:

@@ -134,3 +134,68 @@ def test_a_logger_made_before_setup_follows_the_configuration() -> None:
     setup_logging(LoggingConfig(level="warning", format="json"), stream=quiet)
     early.info("node_resumed", node="node2")
     assert quiet.getvalue() == ""
+
+
+def _structlog_line(bound: dict[str, object], event: str, fields: dict[str, object]) -> str:
+    """The line structlog's own chain (the one logs.py used before issue 20) renders."""
+    import structlog
+
+    out = io.StringIO()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.dict_tracebacks,
+            lambda _l, _m, e: {**e, "program": e.get("program", "prog")},
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(file=out),
+    )
+    structlog.get_logger(**bound).warning(event, **fields)
+    structlog.reset_defaults()
+    return out.getvalue()
+
+
+def test_json_lines_have_structlogs_form() -> None:
+    """Issue 20: logs.py renders JSON itself (structlog imports asyncio), and its lines are
+    structlog's: the same keys in the same order, the same values, non-JSON values as repr."""
+    fields = {"node": "node2", "ids": (1, 2), "path": Path("/x"), "nested": {"a": None}}
+    ours = io.StringIO()
+    setup_logging(LoggingConfig(format="json"), program="prog", stream=ours)
+    get_logger(job_id=7, role="prolog").warning("node_drained", **fields)
+    theirs = json.loads(_structlog_line({"job_id": 7, "role": "prolog"}, "node_drained", fields))
+    mine = json.loads(ours.getvalue())
+    assert list(mine) == list(theirs)
+    assert {**mine, "timestamp": ""} == {**theirs, "timestamp": ""}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", mine["timestamp"])
+
+
+def test_setup_and_json_logging_import_neither_structlog_nor_asyncio() -> None:
+    """Issue 20: the slurm.conf programs and the wrapper log JSON without structlog, whose
+    import pulls in asyncio (tens of ms on every job start)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import io, sys\n"
+        "from slurm_triage.config import LoggingConfig\n"
+        "from slurm_triage.logs import get_logger, setup_logging\n"
+        "setup_logging(LoggingConfig(format='json'), stream=io.StringIO())\n"
+        "get_logger(a=1).info('x', b=2)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('structlog', 'asyncio')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "[]", "")
+
+
+def test_quiet_drops_events_below_its_level() -> None:
+    """quiet() (the twin's runs) drops events below its level, then restores them."""
+    from slurm_triage.logs import quiet
+
+    pipe = io.StringIO()
+    setup_logging(LoggingConfig(level="debug", format="json"), stream=pipe)
+    with quiet("critical"):
+        get_logger().error("dropped")
+    get_logger().info("kept")
+    assert [json.loads(line)["event"] for line in pipe.getvalue().splitlines()] == ["kept"]
