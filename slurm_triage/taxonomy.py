@@ -1,4 +1,5 @@
-"""The failure taxonomy as data: causes, domains, actions (the contract in shared/TAXONOMY.md).
+"""The failure taxonomy as data: causes, domains, actions (the contract in shared/TAXONOMY.md),
+and the prefix that marks the drain reasons we write in Slurm.
 
 Every attribution names one `Cause`; the cause fixes the `Domain` and the default `Action`.
 The ids are stable strings used in JSON, the journal, AdminComment and user policies: add an
@@ -14,6 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+
+# Every drain reason slurm-triage writes starts with this (mej/nhc's rule): a node whose reason
+# lacks it was drained by someone else. The policies own which drains are ours
+# (policies.reasons); the analytics and the replay read Slurm's node events by it.
+DRAIN_PREFIX = "triage: "
 
 
 class Domain(StrEnum):

@@ -28,12 +28,11 @@ from slurm_triage.analytics.sacct_layout import IngestError
 from slurm_triage.slurm.errors import SlurmOutputError
 from slurm_triage.slurm.events import parse_sacctmgr_events
 from slurm_triage.slurm.model import NodeEventLog
-from slurm_triage.taxonomy import Cause
+from slurm_triage.taxonomy import DRAIN_PREFIX, Cause
 
 WINDOW_BEFORE = timedelta(minutes=10)
 WINDOW_AFTER = timedelta(minutes=5)
 MAX_EVENTS_BYTES = 512 * 1024 * 1024
-OUR_PREFIX = "triage: "  # health_checks.actions.DRAIN_PREFIX, kept apart from root code
 
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "node": pl.String(),
@@ -101,8 +100,8 @@ def read_events_file(path: Path) -> NodeEvents:
 def hint_cause(reason: str) -> str:
     """The cause a node event's reason points to: ours names it, a health check's drain is
     `health_check`, anything else (Not responding, Kill task failed, ...) `node_failure`."""
-    if reason.startswith(OUR_PREFIX):
-        word = reason[len(OUR_PREFIX) :].split(" ", 1)[0]
+    if reason.startswith(DRAIN_PREFIX):
+        word = reason[len(DRAIN_PREFIX) :].split(" ", 1)[0]
         if word in causes.FAILURE_CAUSES:
             return word
         if "." in word:

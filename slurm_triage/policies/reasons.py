@@ -8,7 +8,8 @@ The one exception is Slurm's own "Epilog error", which our node Epilog causes on
 
 from __future__ import annotations
 
-DRAIN_PREFIX = "triage: "
+from slurm_triage.taxonomy import DRAIN_PREFIX  # defined there: the analytics read it too
+
 # What slurmctld writes when a node's Epilog exits non-zero (22.05 through 25.11).
 SLURM_EPILOG_DRAIN_REASON = "Epilog error"
 

@@ -24,9 +24,9 @@ from slurm_triage import hostlist
 from slurm_triage.analytics import analysis
 from slurm_triage.analytics.fetch import journal_attributions
 from slurm_triage.analytics.ingest import Accounting
-from slurm_triage.analytics.node_events import OUR_PREFIX, NodeEvents
+from slurm_triage.analytics.node_events import NodeEvents
 from slurm_triage.analytics.sacct_layout import IngestError
-from slurm_triage.taxonomy import Cause
+from slurm_triage.taxonomy import DRAIN_PREFIX, Cause
 
 # A node list longer than this (a hostile or broken file) is not expanded.
 MAX_NODES_PER_ROW = 100_000
@@ -226,9 +226,9 @@ def _health_drains(events: NodeEvents | None) -> tuple[HealthDrain, ...]:
     out = []
     for node, start, _state, reason in events.frame.iter_rows():
         text = str(reason or "")
-        if not text.startswith(OUR_PREFIX):
+        if not text.startswith(DRAIN_PREFIX):
             continue
-        word = text[len(OUR_PREFIX) :].split(" ", 1)[0]
+        word = text[len(DRAIN_PREFIX) :].split(" ", 1)[0]
         if "." in word and start is not None:
             out.append(HealthDrain(start.timestamp(), str(node), word))
     return tuple(sorted(out, key=lambda d: (d.at, d.node)))

@@ -420,3 +420,34 @@ def test_the_node_programs_never_load_the_analytics() -> None:
         if heavy:
             offenders[program] = heavy
     assert offenders == {}
+
+
+# -- one definition per concept (issue 15) ---------------------------------------------------
+
+
+def module_constants(tree: ast.Module, value: object) -> list[str]:
+    """Module-level names assigned the literal `value`."""
+    found = []
+    for node in tree.body:
+        value_node: ast.expr | None
+        if isinstance(node, ast.Assign):
+            value_node, targets = node.value, node.targets
+        elif isinstance(node, ast.AnnAssign):
+            value_node, targets = node.value, [node.target]
+        else:
+            continue
+        if isinstance(value_node, ast.Constant) and value_node.value == value:
+            found += [ast.unparse(t) for t in targets]
+    return found
+
+
+def test_the_constant_finder_finds_a_constant() -> None:
+    source = 'A = "triage: "\nB: str = "triage: "\nC = "other"\ndef f():\n    D = "triage: "\n'
+    assert module_constants(ast.parse(source), "triage: ") == ["A", "B"]
+
+
+def test_our_drain_prefix_is_defined_once() -> None:
+    """The prefix of our drain reasons lives in taxonomy; the policies, the analytics and the
+    replay read it from there instead of spelling it again."""
+    defined = {m.name: names for m in modules() if (names := module_constants(m.tree, "triage: "))}
+    assert defined == {"slurm_triage.taxonomy": ["DRAIN_PREFIX"]}
