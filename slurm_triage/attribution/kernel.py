@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
 from slurm_triage.attribution.kernel_lines import KernelLine, split_line
-from slurm_triage.attribution.logscan import DEFAULT_TAIL_BYTES, decode_tail, read_tail
+from slurm_triage.attribution.tail import DEFAULT_TAIL_BYTES, decode_tail, read_tail
 from slurm_triage.evidence import KernelEvent, KernelEventKind, Source
 
 _K = KernelEventKind
