@@ -31,6 +31,7 @@ from slurm_triage.policies import (
 )
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.policies.reasons import job_drain_reason
+from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.taxonomy import Cause, Domain, info
 
@@ -44,13 +45,12 @@ def counts_against_nodes(cause: Cause, root_backed: bool) -> bool:
 
 
 @dataclass(frozen=True)
-class JobEnd:
-    """One job end, attributed: what decide() knows once attribution is done."""
+class AttributedEnd:
+    """One job end (the slurm.conf programs' JobEnd: job, restart count of the run that
+    ended, its nodes, `ended_at` in epoch seconds for a replay and simulated seconds for the
+    twin) with what decide() knows once attribution is done."""
 
-    job_id: int
-    restart: int  # the restart count of the run that ended
-    at: float  # seconds (epoch for a replay, simulated time for the twin)
-    nodes: tuple[str, ...]
+    end: JobEnd
     cause: Cause
     blamed: tuple[str, ...]
     root_backed: bool
@@ -88,39 +88,41 @@ class Judge:
         self._journal = _Journal()
         self._window_s = config.lemon_window_days * 86400.0
 
-    def judge(self, end: JobEnd, door: SlurmDoor) -> Judged:
+    def judge(self, attributed: AttributedEnd, door: SlurmDoor) -> Judged:
         """Decide one end with the real chain, carry it out through `door` with the real
         actuator (dry run when policy.act is false, as decide() does), and record it."""
-        given = self.policy_input(end)
+        given = self.policy_input(attributed)
         decision = self.chain(given)
+        end, cause = attributed.end, attributed.cause.value
         applied = carry_out(
             door,
             end.job_id,
             decision,
-            cause=end.cause.value,
-            blamed=end.blamed,
+            cause=cause,
+            blamed=attributed.blamed,
             restart=end.restart,
-            drain_reason=job_drain_reason(end.cause.value, end.job_id, end.summary),
+            drain_reason=job_drain_reason(cause, end.job_id, attributed.summary),
             dry_run=not self.config.act,
-            already_requeued=end.already_requeued,
+            already_requeued=attributed.already_requeued,
         )
-        self._record(end, decision, applied)
+        self._record(attributed, decision, applied)
         lemons = tuple(n for n in applied.drained if n in given.lemons)
         return Judged(given, decision, applied, lemons)
 
-    def policy_input(self, end: JobEnd) -> PolicyInput:
+    def policy_input(self, attributed: AttributedEnd) -> PolicyInput:
         """The PolicyInput decide() would build for this end from its journal."""
-        blame = counts_against_nodes(end.cause, end.root_backed)
-        lemons = self._lemons(end) if blame and end.blamed else {}
+        end, cause = attributed.end, attributed.cause
+        blame = counts_against_nodes(cause, attributed.root_backed)
+        lemons = self._lemons(attributed) if blame and attributed.blamed else {}
         past = self._journal.decisions.get(end.job_id, ())
         return PolicyInput(
-            cause=end.cause,
-            domain=info(end.cause).domain,
-            blamed=end.blamed,
-            root_backed=end.root_backed,
-            job=end.job,
+            cause=cause,
+            domain=info(cause).domain,
+            blamed=attributed.blamed,
+            root_backed=attributed.root_backed,
+            job=attributed.job,
             history=tuple(p for p in past if p.restart < end.restart),
-            now=end.at,
+            now=end.ended_at,
             lemons=tuple(lemons),
             lemon_reasons=lemons,
         )
@@ -142,47 +144,50 @@ class Judge:
             events.popleft()
         return events
 
-    def _lemons(self, end: JobEnd) -> dict[str, str]:
+    def _lemons(self, attributed: AttributedEnd) -> dict[str, str]:
         """decide()'s _lemons: the window's events of the job's nodes plus this end's
         blame, judged by policies.lemons.node_signals; lemons among the job's nodes."""
+        end = attributed.end
         events: list[NodeEvent] = []
         for node in end.nodes:
             if node in self._journal.events:
-                events.extend(self._window(node, end.at))
-        events += self._blamed(end)
+                events.extend(self._window(node, end.ended_at))
+        events += self._blamed(attributed)
         signals = node_signals(events, self.config)
         nodes = set(end.nodes)
         return {n: "; ".join(s.reasons) for n, s in signals.items() if s.lemon and n in nodes}
 
-    def _blamed(self, end: JobEnd) -> list[NodeEvent]:
-        if not counts_against_nodes(end.cause, end.root_backed):
+    def _blamed(self, attributed: AttributedEnd) -> list[NodeEvent]:
+        if not counts_against_nodes(attributed.cause, attributed.root_backed):
             return []
+        end = attributed.end
         multi = len(end.nodes) > 1
         return [
-            NodeEvent(n, end.job_id, end.at, "blamed", end.cause.value, None, multi)
-            for n in end.blamed
+            NodeEvent(n, end.job_id, end.ended_at, "blamed", attributed.cause.value, None, multi)
+            for n in attributed.blamed
         ]
 
-    def _record(self, end: JobEnd, decision: Decision, applied: Applied) -> None:
+    def _record(self, attributed: AttributedEnd, decision: Decision, applied: Applied) -> None:
+        end, cause = attributed.end, attributed.cause
         multi = len(end.nodes) > 1
-        events = self._blamed(end)
+        events = self._blamed(attributed)
         excluded = applied.excluded or (decision.exclude if applied.dry_run else ())
         events += [
-            NodeEvent(n, end.job_id, end.at, "excluded", None, None, multi) for n in excluded
+            NodeEvent(n, end.job_id, end.ended_at, "excluded", None, None, multi) for n in excluded
         ]
         # A dry run records what it would have drained, as decide() does.
         drained = applied.drained or (decision.drain if applied.dry_run else ())
         events += [
-            NodeEvent(n, end.job_id, end.at, "drained", end.cause.value, None, multi)
+            NodeEvent(n, end.job_id, end.ended_at, "drained", cause.value, None, multi)
             for n in drained
         ]
         for event in events:
             self._journal.events.setdefault(event.node, deque()).append(event)
         past = PastDecision(
             end.restart,
-            end.cause,
-            family(end.cause, info(end.cause).domain),
+            cause,
+            family(cause, info(cause).domain),
             decision.verdict.value,
-            end.at,
+            end.ended_at,
         )
         self._journal.decisions.setdefault(end.job_id, []).append(past)

@@ -34,9 +34,10 @@ from slurm_triage.health_checks.result import RunReport, Severity, fail
 from slurm_triage.policies import Decision, JobView, Verdict
 from slurm_triage.policies.nodes import NodeOutcome, decide_node
 from slurm_triage.policies.reasons import check_drain_reason
+from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.replay.door import SimDoor
 from slurm_triage.replay.history import History, HistoryEnd
-from slurm_triage.replay.judge import JobEnd, Judge
+from slurm_triage.replay.judge import AttributedEnd, Judge
 from slurm_triage.replay.settings import Setting
 from slurm_triage.slurm.errors import InvalidJobState, JobNotFound, NodeNotFound
 from slurm_triage.slurm.model import JobInfo, JobState, NodeFlag, NodeInfo
@@ -241,7 +242,7 @@ def replay(history: History, setting: Setting) -> Outcome:
     return outcome
 
 
-def _job_end(end: HistoryEnd, ledger: Ledger, usable: tuple[str, ...]) -> JobEnd:
+def _job_end(end: HistoryEnd, ledger: Ledger, usable: tuple[str, ...]) -> AttributedEnd:
     restarts = end.attempt - 1
     view = JobView(
         job_id=end.job_id,
@@ -255,11 +256,8 @@ def _job_end(end: HistoryEnd, ledger: Ledger, usable: tuple[str, ...]) -> JobEnd
         comment="",
         usable_partition_nodes=tuple(n for n in usable if not ledger.out_of_service(n, end.at)),
     )
-    return JobEnd(
-        job_id=end.job_id,
-        restart=restarts,
-        at=end.at,
-        nodes=end.nodes,
+    return AttributedEnd(
+        end=JobEnd(job_id=end.job_id, ended_at=end.at, restart=restarts, nodes=end.nodes),
         cause=end.cause,
         blamed=end.blamed,
         root_backed=end.root_backed,

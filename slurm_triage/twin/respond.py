@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from slurm_triage.policies import JobView
-from slurm_triage.replay.judge import JobEnd, Judge
+from slurm_triage.prolog_epilog.job_end import JobEnd
+from slurm_triage.replay.judge import AttributedEnd, Judge
 from slurm_triage.taxonomy import Action, Cause, info
 from slurm_triage.twin.jobs import (
     BLACKHOLE,
@@ -210,11 +211,13 @@ class Responder:
             comment="",
             usable_partition_nodes=self._usable_names() if may_exclude else (),
         )
-        end = JobEnd(
-            job_id=job.id,
-            restart=restart,
-            at=twin.now,
-            nodes=tuple(names[n] for n in alloc),
+        end = AttributedEnd(
+            end=JobEnd(
+                job_id=job.id,
+                ended_at=twin.now,
+                restart=restart,
+                nodes=tuple(names[n] for n in alloc),
+            ),
             cause=cause,
             blamed=blamed,
             root_backed=root,

@@ -451,3 +451,18 @@ def test_our_drain_prefix_is_defined_once() -> None:
     replay read it from there instead of spelling it again."""
     defined = {m.name: names for m in modules() if (names := module_constants(m.tree, "triage: "))}
     assert defined == {"slurm_triage.taxonomy": ["DRAIN_PREFIX"]}
+
+
+def class_definitions(name: str) -> list[str]:
+    """The modules that define a class called `name`."""
+    return [
+        m.name
+        for m in modules()
+        if any(isinstance(n, ast.ClassDef) and n.name == name for n in ast.walk(m.tree))
+    ]
+
+
+def test_a_job_end_is_defined_once() -> None:
+    """One JobEnd: the replay and the twin wrap the slurm.conf programs' JobEnd with the
+    attribution (AttributedEnd) instead of defining a job end of their own."""
+    assert class_definitions("JobEnd") == ["slurm_triage.prolog_epilog.job_end"]
