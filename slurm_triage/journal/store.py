@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_triage.errors import TriageError
-from slurm_triage.journal.records import DecisionRow, DecisionTotal, NodeEvent
+from slurm_triage.journal.records import DecisionRow, DecisionTotal, LifecycleEvent, NodeEvent
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: decisions, one row per job end; node events for per-node (lemon) history.
@@ -65,8 +65,27 @@ MIGRATIONS: tuple[str, ...] = (
         outcome TEXT NOT NULL
     );
     """,
+    # 3: the node lifecycle (issue 16, policies.lifecycle): every step reconcile or a person
+    # took, with its reason, repair cycle and burn-in job; repair history is read from it.
+    """
+    CREATE TABLE lifecycle (
+        id INTEGER PRIMARY KEY,
+        node TEXT NOT NULL,
+        at REAL NOT NULL,
+        state TEXT NOT NULL,
+        action TEXT NOT NULL,
+        applied INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        subject TEXT NOT NULL DEFAULT '',
+        cycle INTEGER NOT NULL DEFAULT 0,
+        job_id INTEGER,
+        actor TEXT NOT NULL,
+        detail TEXT
+    );
+    CREATE INDEX lifecycle_node ON lifecycle (node, at);
+    """,
 )
-NODE_EVENT_KINDS = ("blamed", "excluded", "drained", "lemon_drained")
+NODE_EVENT_KINDS = ("blamed", "excluded", "drained")
 
 
 class JournalError(TriageError):
@@ -284,7 +303,7 @@ class Journal:
         """Nodes the decisions drained, by the cause of the job end."""
         rows = self._read(
             "SELECT coalesce(cause, ''), count(*) FROM node_events "
-            "WHERE kind IN ('drained', 'lemon_drained') GROUP BY 1"
+            "WHERE kind = 'drained' GROUP BY 1"
         )
         return {str(r[0]): int(r[1]) for r in rows}
 
@@ -303,11 +322,81 @@ class Journal:
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: {exc}") from None
 
+    # The node lifecycle (policies.lifecycle; `slurm-triage nodes`).
+
+    def add_lifecycle_events(self, events: Sequence[LifecycleEvent]) -> None:
+        """Append lifecycle steps, atomically."""
+        try:
+            with self._write() as db:
+                db.executemany(
+                    "INSERT INTO lifecycle (node, at, state, action, applied, reason, subject, "
+                    "cycle, job_id, actor, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            e.node,
+                            e.at,
+                            e.state,
+                            e.action,
+                            int(e.applied),
+                            e.reason,
+                            e.subject,
+                            e.cycle,
+                            e.job_id,
+                            e.actor,
+                            json.dumps(dict(e.detail)) if e.detail else None,
+                        )
+                        for e in events
+                    ],
+                )
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: {exc}") from None
+
+    def lifecycle_events(
+        self, *, node: str | None = None, since: float = 0.0
+    ) -> tuple[LifecycleEvent, ...]:
+        """Lifecycle steps since `since`, oldest first, of one node or of all."""
+        where = "at >= ?" + (" AND node = ?" if node is not None else "")
+        args: tuple[Any, ...] = (since, node) if node is not None else (since,)
+        rows = self._read(
+            "SELECT node, at, state, action, applied, reason, subject, cycle, job_id, actor, "
+            f"detail FROM lifecycle WHERE {where} ORDER BY at, id",
+            args,
+        )
+        return tuple(_lifecycle(r) for r in rows)
+
+    def latest_lifecycle(self) -> dict[str, LifecycleEvent]:
+        """Each node's newest lifecycle step (what `nodes` and the metrics show)."""
+        rows = self._read(
+            "SELECT node, at, state, action, applied, reason, subject, cycle, job_id, actor, "
+            "detail FROM lifecycle WHERE id IN (SELECT max(id) FROM lifecycle GROUP BY node)"
+        )
+        return {r[0]: _lifecycle(r) for r in rows}
+
     def _read(self, query: str, args: tuple[Any, ...] = ()) -> list[Any]:
         try:
             return self._db.execute(query, args).fetchall()
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: {exc}") from None
+
+
+def _lifecycle(r: Sequence[Any]) -> LifecycleEvent:
+    try:
+        detail = json.loads(r[10]) if r[10] else {}
+    except ValueError:
+        detail = {}
+    return LifecycleEvent(
+        node=r[0],
+        at=r[1],
+        state=r[2],
+        action=r[3],
+        applied=bool(r[4]),
+        reason=r[5],
+        subject=r[6],
+        cycle=r[7],
+        job_id=r[8],
+        actor=r[9],
+        detail=detail if isinstance(detail, dict) else {},
+    )
 
 
 def _row(r: Sequence[Any]) -> DecisionRow:

@@ -52,7 +52,7 @@ def node_signals(events: Iterable[NodeEvent], config: PolicyConfig) -> dict[str,
                 xids.setdefault(e.node, set()).add(e.xid)
         elif e.kind == "excluded":
             excluded.setdefault(e.node, set()).add(e.job_id)
-        elif e.kind in ("drained", "lemon_drained"):
+        elif e.kind == "drained":
             drained[e.node] = drained.get(e.node, 0) + 1
     out = {}
     for node in sorted(set(blamed) | set(excluded) | set(drained)):
