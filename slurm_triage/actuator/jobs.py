@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slurm_triage.logs import get_logger
+from slurm_triage.policies.drain_words import read_reason
 from slurm_triage.policies.model import Decision, Verdict
-from slurm_triage.policies.reasons import may_replace_drain
+from slurm_triage.policies.reasons import is_ours, may_replace_drain
 from slurm_triage.slurm import InvalidJobState, JobState, SlurmDoor, SlurmError
 
 
@@ -108,6 +110,7 @@ def carry_out(
     held_by_slurm: bool = False,
     restarted_by_slurm: bool = False,
     earlier: tuple[str, ...] = (),
+    lemon_drain_reasons: Mapping[str, str] | None = None,
 ) -> Applied:
     """Act on the decision; `already_requeued` when Slurm requeued the job itself (its
     Prolog failed, or an expedited requeue), so only the exclusions, drains and summary
@@ -117,7 +120,9 @@ def carry_out(
     restarted it at once (an expedited requeue after our Epilog failed): it may be running
     again already, so no exclusion or begin time is set; the nodes Slurm drained keep it
     away. `earlier`: the job's earlier runs' ends ("gpu_unavailable on node2"), for the
-    AdminComment of a clean end after requeues."""
+    AdminComment of a clean end after requeues. `lemon_drain_reasons`: the lemon nodes
+    among the drains, each with its own reason; a lemon drained already for an earlier
+    fault of ours is relabelled, so a passing health check cannot resume it."""
     log = get_logger(job_id=job_id)
     if dry_run:
         log.info(
@@ -156,7 +161,7 @@ def carry_out(
         held = held or (held_by_slurm and decision.verdict is Verdict.HOLD)
     elif held_by_slurm:
         _step(errors, "cancel", lambda: door.cancel(job_id))
-    drained, skipped = _drain(door, decision.drain, drain_reason, errors)
+    drained, skipped = _drain(door, decision.drain, drain_reason, lemon_drain_reasons or {}, errors)
     # Clean ends are the large majority and need no note, unless this run came after
     # requeues: the AdminComment then still shows the last failure's, so it tells the story.
     if cause != "completed" or earlier:
@@ -208,20 +213,33 @@ def _comment(
 
 
 def _drain(
-    door: SlurmDoor, nodes: tuple[str, ...], reason: str, errors: list[str]
+    door: SlurmDoor,
+    nodes: tuple[str, ...],
+    reason: str,
+    lemon_reasons: Mapping[str, str],
+    errors: list[str],
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     drained, skipped = [], []
     for node in nodes:
         try:
             current = door.node(node)
-            if not may_replace_drain(current.drained, current.reason):
+            lemon = node in lemon_reasons
+            if not may_replace_drain(current.drained, current.reason) and not (
+                lemon and _relabel_as_lemon(current.reason)
+            ):
                 skipped.append(node)  # ours already, or an admin's: leave it as it is
                 continue
-            door.drain(node, reason)
+            door.drain(node, lemon_reasons[node] if lemon else reason)
             drained.append(node)
         except Exception as exc:
             errors.append(f"drain {node}: {_describe(exc)}")
     return tuple(drained), tuple(skipped)
+
+
+def _relabel_as_lemon(reason: str) -> bool:
+    """A node drained already by our own check or decision becomes a lemon drain; one in
+    repair, burn-in or RMA keeps its reason, and an admin's drain is never touched."""
+    return is_ours(reason) and not read_reason(reason).keeps_node_out
 
 
 def _step(errors: list[str], what: str, action: object) -> bool:

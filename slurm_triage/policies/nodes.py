@@ -5,6 +5,11 @@ NodeDecision out; the actuator carries it out. Rules (mej/nhc's): we only resume
 reason is ours (policies.reasons), never a node an admin drained; a full run must pass for a
 resume; the circuit breaker (policies.breaker) holds back a drain that a cluster-wide
 failure asks for.
+
+What may come back here is read from the reason alone (policies.drain_words): the node has
+no journal. A lemon, an RMA node, and a node in repair or burn-in never come back by a
+passing health run; with `[repair] enabled` nothing does, since reconcile on the controller
+returns every node through burn-in (docs/repair.md).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from slurm_triage.config import HealthConfig
 from slurm_triage.health_checks.result import CheckResult, RunReport, Severity
 from slurm_triage.policies.breaker import breaker_reason
+from slurm_triage.policies.drain_words import read_reason
 from slurm_triage.policies.reasons import check_drain_reason, is_ours
 from slurm_triage.slurm.model import NodeInfo
 
@@ -26,6 +32,7 @@ class NodeOutcome(enum.StrEnum):
     ALREADY_DRAINED = "already_drained"
     ADMIN_DRAINED = "admin_drained"  # drained by someone else: left as it is
     RESUME = "resume"
+    KEPT_OUT = "kept_out"  # ours and passing, but not ours to return here (detail says why)
     BREAKER_OPEN = "breaker_open"
     SLURM_ERROR = "slurm_error"
 
@@ -49,6 +56,16 @@ def drain_reason(result: CheckResult) -> str:
     return check_drain_reason(result.check, result.reason)
 
 
+def why_kept_out(reason: str, *, repair_enabled: bool) -> str:
+    """Why a passing health run must not resume a node drained with our `reason`, or ''."""
+    words = read_reason(reason)
+    if words.keeps_node_out:
+        return f"{words.kind.value}: only reconcile's burn-in or a person returns it"
+    if repair_enabled:
+        return "repair.enabled: reconcile returns it after burn-in"
+    return ""
+
+
 def _worst(failures: Sequence[CheckResult]) -> CheckResult:
     high = [r for r in failures if r.severity is Severity.HIGH]
     return (high or list(failures))[0]
@@ -62,8 +79,10 @@ def decide_node(
     *,
     may_resume: bool,
     now: float,
+    repair_enabled: bool = False,
 ) -> NodeDecision:
-    """The one thing to do to this node after a run (pure; `now` is the breaker's clock)."""
+    """The one thing to do to this node after a run (pure; `now` is the breaker's clock).
+    `repair_enabled` is `[repair] enabled`: then reconcile owns every return."""
     failures = [r for r in report.results if r.wants_drain]
     if failures:
         worst = _worst(failures)
@@ -78,6 +97,9 @@ def decide_node(
             return NodeDecision(NodeOutcome.BREAKER_OPEN, node.name, reason, worst.check, tripped)
         return NodeDecision(NodeOutcome.DRAIN, node.name, reason, worst.check)
     if node.drained and is_ours(node.reason) and may_resume and report.all_passed:
+        kept_out = why_kept_out(node.reason, repair_enabled=repair_enabled)
+        if kept_out:
+            return NodeDecision(NodeOutcome.KEPT_OUT, node.name, node.reason, detail=kept_out)
         return NodeDecision(NodeOutcome.RESUME, node.name, node.reason)
     if node.drained and not is_ours(node.reason):
         return NodeDecision(NodeOutcome.ADMIN_DRAINED, node.name, node.reason)

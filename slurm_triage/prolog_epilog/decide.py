@@ -20,7 +20,8 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from slurm_triage import actuator, hostlist
@@ -32,6 +33,7 @@ from slurm_triage.journal import Journal, JournalError, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.observe import hooks as observe
 from slurm_triage.policies import Decision, PolicyInput, default_chain
+from slurm_triage.policies.drain_words import lemon_reason
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.policies.reasons import job_drain_reason
 from slurm_triage.prolog_epilog.detach import detach
@@ -68,6 +70,9 @@ class Judged:
     attribution: Attribution
     decision: Decision
     drain_reason: str
+    # Lemon nodes are drained with their own reason (`triage: lemon job=N: ...`), which the
+    # health check never resumes: a lemon returns only through burn-in or a person.
+    lemon_drain_reasons: Mapping[str, str] = field(default_factory=dict)
 
 
 def attribute_end(run: EndedRun, gathered: Gathered) -> Attribution:
@@ -113,7 +118,8 @@ def judge(
     )
     decision = default_chain(config.policy)(given)
     reason = job_drain_reason(attribution.cause.value, run.end.job_id, attribution.reason)
-    return Judged(attribution, decision, reason)
+    lemon_reasons = {n: lemon_reason(run.end.job_id, why) for n, why in lemons.items()}
+    return Judged(attribution, decision, reason, lemon_reasons)
 
 
 def act(
@@ -128,6 +134,7 @@ def act(
         blamed=judged.attribution.nodes,
         restart=run.end.restart,
         drain_reason=judged.drain_reason,
+        lemon_drain_reasons=judged.lemon_drain_reasons,
         dry_run=not config.policy.act,
         already_requeued=run.requeued_by_slurm,
         held_by_slurm=run.held_by_slurm,
