@@ -20,18 +20,20 @@ which a test asserts empty.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from slurm_triage.policies.reasons import DRAIN_PREFIX
+from slurm_triage.slurm import arguments
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
     InvalidJobState,
     JobNotFound,
     NodeNotFound,
     NotRequeueable,
+    ReservationNotFound,
     SlurmCommandError,
 )
 from slurm_triage.slurm.events import iter_overlapping
@@ -42,6 +44,7 @@ from slurm_triage.slurm.model import (
     NodeEventLog,
     NodeFlag,
     NodeInfo,
+    ReservationInfo,
 )
 
 __all__ = ["MUTATING", "Call", "FakeDoor", "job_info", "node_info", "node_infos"]
@@ -59,6 +62,12 @@ MUTATING = frozenset(
         "drain",
         "set_node_comment",
         "resume",
+        "reboot",
+        "create_reservation",
+        "delete_reservation",
+        "submit_burn_in",
+        "set_node_weight",
+        "set_node_features",
     }
 )
 # What slurmctld's reason says while a job that ended this way is COMPLETING.
@@ -132,6 +141,8 @@ class FakeDoor(SlurmDoor):
         actor_uid: int = 64030,  # Debian's slurm user
         events: Iterable[NodeEvent] = (),
         clock: Callable[[], datetime] = datetime.now,
+        reservations: Iterable[ReservationInfo] = (),
+        reboot_program: bool = True,
     ) -> None:
         self.jobs: dict[int, JobInfo] = {j.job_id: j for j in jobs}
         self.events: list[NodeEvent] = list(events)
@@ -150,6 +161,10 @@ class FakeDoor(SlurmDoor):
         self.actor_uid = actor_uid
         self.clock = clock  # local time, as slurmdbd's node events are printed
         self._faults: dict[str, list[tuple[Exception, int | None]]] = {}
+        self.reservation_table: dict[str, ReservationInfo] = {r.name: r for r in reservations}
+        self.job_reservation: dict[int, str] = {}  # job id -> --reservation it asked for
+        self.reboot_program = reboot_program  # slurm.conf RebootProgram= is set
+        self._next_job_id = 1 + max(self.jobs, default=1000)
 
     # -- test controls (not part of the door) ------------------------------------------
 
@@ -230,6 +245,78 @@ class FakeDoor(SlurmDoor):
         reason (not an operator's drain; not recorded as a call)."""
         self._record_down(self.node_table[node], "Epilog error", "slurm(64030)")
         self.node_table[node] = _drained(self.node_table[node], "Epilog error", "slurm")
+
+    def issue_reboot(self, node: str) -> None:
+        """slurmctld sends a requested reboot (the node has no jobs left): DOWN + DRAIN +
+        REBOOT_ISSUED, " : reboot issued" appended to the reason by SlurmUser
+        (controller.c, set_node_reason)."""
+        current = self.node_table[node]
+        if NodeFlag.REBOOT_REQUESTED not in current.flags:
+            raise ValueError(f"{node}: no reboot requested")
+        if current.state in ("ALLOCATED", "MIXED"):
+            raise ValueError(f"{node}: slurmctld waits for its jobs to end")
+        flags = (current.flags - {NodeFlag.REBOOT_REQUESTED}) | {NodeFlag.REBOOT_ISSUED}
+        self.node_table[node] = replace(
+            current,
+            state="DOWN",
+            flags=flags,
+            reason=_appended(current.reason, "reboot issued"),
+            reason_user="slurm",
+        )
+
+    def complete_reboot(self, node: str, boot_time: int | None = None) -> None:
+        """slurmd registered after the reboot (nextstate=DOWN): DOWN, DRAIN and the reboot
+        flags cleared, " : reboot complete" appended, a newer boot time (node_mgr.c,
+        validate_node_specs). Issues the reboot first if it was only requested."""
+        if NodeFlag.REBOOT_REQUESTED in self.node_table[node].flags:
+            self.issue_reboot(node)
+        current = self.node_table[node]
+        if NodeFlag.REBOOT_ISSUED not in current.flags:
+            raise ValueError(f"{node}: no reboot issued")
+        booted = boot_time or max(int(self.clock().timestamp()), (current.boot_time or 0) + 1)
+        self.node_table[node] = replace(
+            current,
+            state="DOWN",
+            flags=current.flags - {NodeFlag.REBOOT_ISSUED, NodeFlag.DRAIN},
+            reason=_appended(current.reason, "reboot complete"),
+            reason_user="slurm",
+            boot_time=booted,
+        )
+
+    def time_out_reboot(self, node: str) -> None:
+        """The node did not come back within ResumeTimeout: DOWN, REBOOT_ISSUED cleared,
+        the reason kept (set_node_down_ptr keeps a reason already there)."""
+        current = self.node_table[node]
+        self.node_table[node] = replace(
+            current, state="DOWN", flags=current.flags - {NodeFlag.REBOOT_ISSUED}
+        )
+
+    def usable_by(self, node: str, reservation: str | None = None) -> bool:
+        """Whether slurmctld would start a job (of `reservation`, or of none) on the node:
+        in service, and a node in an active reservation only for that reservation's jobs."""
+        info = self.node_table[node]
+        if not info.responding or info.drained or info.reboot_pending:
+            return False
+        now = self.clock().timestamp()
+        holding = {
+            r.name for r in self.reservation_table.values() if node in r.nodes and r.active(now)
+        }
+        return reservation in holding if reservation or holding else True
+
+    def start_job(self, job_id: int) -> None:
+        """The scheduler starts a pending job on its required nodes, if they are usable by
+        it (its reservation); ValueError if slurmctld would not."""
+        job = self.jobs[job_id]
+        reservation = self.job_reservation.get(job_id)
+        if job.state is not JobState.PENDING or not all(
+            self.usable_by(n, reservation) for n in job.required_nodes
+        ):
+            raise ValueError(f"job {job_id} cannot start now")
+        self.jobs[job_id] = replace(
+            job, state=JobState.RUNNING, state_reason="None", nodes=job.required_nodes
+        )
+        for name in job.required_nodes:
+            self.node_table[name] = replace(self.node_table[name], state="ALLOCATED")
 
     def methods(self) -> list[str]:
         return [c.method for c in self.calls]
@@ -385,6 +472,130 @@ class FakeDoor(SlurmDoor):
             current, state=state, flags=flags, reason="", reason_user="", reason_time=None
         )
 
+    def reboot(self, node: str, reason: str) -> None:
+        self._enter("reboot", node, reason)
+        current = self._node(node)
+        reason = arguments.one_line(reason)
+        if not self.reboot_program:
+            raise SlurmCommandError("scontrol reboot: RebootProgram isn't defined")
+        if current.reboot_pending:
+            return  # slurmctld skips it ("Skipping reboot of nodes ..."), rc 0
+        self._watch_admin_drain(current)
+        self._record_down(current, reason, f"{self.actor}({self.actor_uid})")
+        drained = _drained(current, reason, self.actor)
+        self.node_table[node] = replace(
+            drained,
+            flags=drained.flags | {NodeFlag.REBOOT_REQUESTED},
+            reason_time=int(self.clock().timestamp()),
+        )
+
+    def reservations(self) -> tuple[ReservationInfo, ...]:
+        self._enter("reservations")
+        return tuple(self.reservation_table[n] for n in sorted(self.reservation_table))
+
+    def create_reservation(
+        self, name: str, node: str, duration_s: int, users: Sequence[str]
+    ) -> None:
+        self._enter("create_reservation", name, node, duration_s, tuple(users))
+        arguments.plain_name(name, "reservation name")
+        user_text = arguments.user_list(users)
+        minutes = arguments.duration_min(duration_s)
+        if node not in self.node_table:
+            raise NodeNotFound("Error creating the reservation: Invalid node name specified")
+        if name in self.reservation_table:
+            raise SlurmCommandError("Error creating the reservation: Duplicate reservation name")
+        start = int(self.clock().timestamp())
+        # MAINT may overlap other reservations; Nodes= adds SPEC_NODES (reservation.c).
+        self.reservation_table[name] = ReservationInfo(
+            name=name,
+            nodes=(node,),
+            start_time=start,
+            end_time=start + minutes * 60,
+            flags=frozenset({"MAINT", "IGNORE_JOBS", "SPEC_NODES"}),
+            users=tuple(user_text.split(",")),
+        )
+        current = self.node_table[node]
+        self.node_table[node] = replace(current, flags=current.flags | {NodeFlag.MAINTENANCE})
+
+    def delete_reservation(self, name: str) -> None:
+        self._enter("delete_reservation", name)
+        command = f"delete_reservation ReservationName={name}"
+        if name not in self.reservation_table:
+            raise ReservationNotFound(f"{command}: Requested reservation is invalid")
+        running = [
+            j
+            for j, r in self.job_reservation.items()
+            if r == name and self.jobs[j].state in (JobState.RUNNING, JobState.COMPLETING)
+        ]
+        if running:
+            raise SlurmCommandError(f"{command}: Requested reservation is in use")
+        for node in self.reservation_table.pop(name).nodes:
+            current = self.node_table[node]
+            self.node_table[node] = replace(current, flags=current.flags - {NodeFlag.MAINTENANCE})
+
+    def submit_burn_in(
+        self,
+        node: str,
+        reservation: str,
+        command: Sequence[str],
+        *,
+        job_name: str,
+        output: str,
+        time_limit_min: int,
+    ) -> int:
+        self._enter(
+            "submit_burn_in",
+            node,
+            reservation,
+            tuple(command),
+            job_name=job_name,
+            output=output,
+            time_limit_min=time_limit_min,
+        )
+        failed = "sbatch: error: Batch job submission failed"
+        if reservation not in self.reservation_table:
+            raise ReservationNotFound(f"{failed}: Requested reservation is invalid")
+        if node not in self.node_table:
+            raise NodeNotFound(f"{failed}: Invalid node name specified")
+        if node not in self.reservation_table[reservation].nodes:
+            raise SlurmCommandError(f"{failed}: Requested node configuration is not available")
+        job_id = self._next_job_id
+        self._next_job_id += 1
+        self.jobs[job_id] = job_info(
+            job_id,
+            state=JobState.PENDING,
+            state_reason="None",
+            nodes=(),
+            required_nodes=(node,),
+            num_nodes=1,
+            requeue=False,
+            user=self.actor,
+            uid=self.actor_uid,
+            time_limit_min=time_limit_min,
+            std_out=output,
+            std_err=output,
+            partition=(self.node_table[node].partitions or ("",))[0],
+        )
+        self.job_reservation[job_id] = reservation
+        return job_id
+
+    def set_node_weight(self, node: str, weight: int) -> None:
+        self._enter("set_node_weight", node, weight)
+        current = self._node(node)
+        self.node_table[node] = replace(current, weight=arguments.weight(weight))
+
+    def set_node_features(self, node: str, available: Sequence[str], active: Sequence[str]) -> None:
+        self._enter("set_node_features", node, tuple(available), tuple(active))
+        current = self._node(node)
+        arguments.feature_list(available)
+        arguments.feature_list(active)
+        arguments.active_subset(available, active)
+        self.node_table[node] = replace(
+            current,
+            features=tuple(dict.fromkeys(available)),
+            active_features=tuple(dict.fromkeys(active)),
+        )
+
     def slurm_version(self) -> str:
         self._enter("slurm_version")
         return self.version
@@ -471,6 +682,13 @@ def _accounted(job: JobInfo) -> JobInfo:
 
 def _event_order(event: NodeEvent) -> tuple[datetime, str]:
     return (event.start, event.node)
+
+
+def _appended(reason: str, message: str) -> str:
+    """slurmctld's set_node_reason: " : message" added once, or the message alone."""
+    if not reason:
+        return message
+    return reason if f" : {message}" in reason else f"{reason} : {message}"
 
 
 def _drained(node: NodeInfo, reason: str, user: str) -> NodeInfo:

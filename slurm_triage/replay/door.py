@@ -6,19 +6,22 @@ drain or resume) act on Slurm only through a `SlurmDoor`. SimDoor passes each ca
 `SimSlurm`, the state a simulation keeps (the twin's cluster, replay's ledger), which
 refuses what Slurm refuses with the door's own error classes (a finished job takes no
 update, a pending one no requeue), so the actuators take the same paths as against a real
-cluster. Accounting and node-event reads are not part of a simulation: they raise.
+cluster. Accounting and node-event reads are not part of a simulation: they raise. Nor are
+repairs (reboots, reservations, burn-in jobs, node weights and features): a simulation has
+no reservations, and those changes are refused with SlurmCommandError, which the repair
+actuator reports as REFUSED.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import SlurmCommandError
-from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo
+from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo, ReservationInfo
 
 SIMULATED_VERSION = "25.11.0"
 
@@ -119,6 +122,43 @@ class SimDoor(SlurmDoor):
     def resume(self, node: str) -> None:
         self.calls["resume"] += 1
         self.slurm.resume(node)
+
+    def reboot(self, node: str, reason: str) -> None:
+        self._not_modelled("reboot")
+
+    def reservations(self) -> tuple[ReservationInfo, ...]:
+        self.calls["reservations"] += 1
+        return ()
+
+    def create_reservation(
+        self, name: str, node: str, duration_s: int, users: Sequence[str]
+    ) -> None:
+        self._not_modelled("create_reservation")
+
+    def delete_reservation(self, name: str) -> None:
+        self._not_modelled("delete_reservation")
+
+    def submit_burn_in(
+        self,
+        node: str,
+        reservation: str,
+        command: Sequence[str],
+        *,
+        job_name: str,
+        output: str,
+        time_limit_min: int,
+    ) -> int:
+        self._not_modelled("submit_burn_in")
+
+    def set_node_weight(self, node: str, weight: int) -> None:
+        self._not_modelled("set_node_weight")
+
+    def set_node_features(self, node: str, available: Sequence[str], active: Sequence[str]) -> None:
+        self._not_modelled("set_node_features")
+
+    def _not_modelled(self, method: str) -> NoReturn:
+        self.calls[method] += 1
+        raise SlurmCommandError(f"a simulated Slurm does not model {method}")
 
     def slurm_version(self) -> str:
         return SIMULATED_VERSION

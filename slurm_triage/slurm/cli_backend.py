@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shlex
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from slurm_triage import hostlist
 from slurm_triage.logs import get_logger
-from slurm_triage.slurm import events, parse
+from slurm_triage.slurm import arguments, events, parse, reservations
+from slurm_triage.slurm.arguments import MAX_REASON_CHARS
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
     JobNotFound,
@@ -27,13 +30,11 @@ from slurm_triage.slurm.errors import (
     SlurmCommandError,
     SlurmOutputError,
 )
-from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo
+from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo, ReservationInfo
 from slurm_triage.slurm.runner import Runner
 
 log = get_logger(component="slurm.cli")
 
-# Drain reasons travel through argv; Slurm stores them on one line of limited length.
-MAX_REASON_CHARS = 500
 # `scontrol --json` (data_parser v0.0.39) and `sinfo --json`'s {"sinfo": [...]} both
 # arrived in 23.02.
 SCONTROL_JSON_SINCE = (23, 2)
@@ -206,8 +207,118 @@ class CliDoor(SlurmDoor):
         self._runner.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
         log.info("node_resumed", node=node)
 
+    def reboot(self, node: str, reason: str) -> None:
+        # scontrol reads ASAP, nextstate= and Reason= only among the first three words
+        # after `reboot` (scontrol.c _process_reboot_command), the node list last.
+        argv = [
+            "scontrol",
+            "reboot",
+            "ASAP",
+            "nextstate=DOWN",
+            f"Reason={arguments.one_line(reason)}",
+            arguments.node_name(node),
+        ]
+        self._runner.run(argv)
+        log.info("node_reboot_requested", node=node, reason=argv[4][len("Reason=") :])
+
+    def reservations(self) -> tuple[ReservationInfo, ...]:
+        # Times as ISO local time whatever the caller's SLURM_TIME_FORMAT says.
+        env = {**(self._runner.env or os.environ), "SLURM_TIME_FORMAT": "standard"}
+        runner = dataclasses.replace(self._runner, env=env)
+        text = runner.run(["scontrol", "show", "reservation"]).stdout
+        return reservations.parse_scontrol_reservations(text)
+
+    def create_reservation(
+        self, name: str, node: str, duration_s: int, users: Sequence[str]
+    ) -> None:
+        self._runner.run(
+            [
+                "scontrol",
+                "create",
+                "reservation",
+                f"ReservationName={arguments.plain_name(name, 'reservation name')}",
+                f"Nodes={arguments.node_name(node)}",
+                "StartTime=now",
+                f"Duration={arguments.duration_min(duration_s)}",
+                f"Users={arguments.user_list(users)}",
+                "Flags=MAINT,IGNORE_JOBS",
+            ]
+        )
+        log.info("reservation_created", reservation=name, node=node)
+
+    def delete_reservation(self, name: str) -> None:
+        name = arguments.plain_name(name, "reservation name")
+        self._runner.run(["scontrol", "delete", f"ReservationName={name}"])
+        log.info("reservation_deleted", reservation=name)
+
+    def submit_burn_in(
+        self,
+        node: str,
+        reservation: str,
+        command: Sequence[str],
+        *,
+        job_name: str,
+        output: str,
+        time_limit_min: int,
+    ) -> int:
+        if isinstance(command, str) or not command:
+            raise SlurmCommandError("a burn-in needs a command (a list of words)")
+        if isinstance(time_limit_min, bool) or not (
+            isinstance(time_limit_min, int) and time_limit_min > 0
+        ):
+            raise SlurmCommandError(f"invalid time limit: {time_limit_min!r} min")
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--reservation={arguments.plain_name(reservation, 'reservation name')}",
+            f"--nodelist={arguments.node_name(node)}",
+            "--nodes=1",
+            "--exclusive",
+            # A node that fails during its burn-in has failed it: no second run elsewhere.
+            "--no-requeue",
+            f"--job-name={arguments.plain_name(job_name, 'job name')}",
+            f"--output={arguments.path_text(output, 'output path')}",
+            f"--time={time_limit_min}",
+            f"--wrap={shlex.join(command)}",
+        ]
+        job_id = parse_sbatch_parsable(self._runner.run(argv).stdout)
+        log.info("burn_in_submitted", node=node, reservation=reservation, job_id=job_id)
+        return job_id
+
+    def set_node_weight(self, node: str, weight: int) -> None:
+        node, weight = arguments.node_name(node), arguments.weight(weight)
+        self._runner.run(["scontrol", "update", f"NodeName={node}", f"Weight={weight}"])
+        log.info("node_weight_set", node=node, weight=weight)
+
+    def set_node_features(self, node: str, available: Sequence[str], active: Sequence[str]) -> None:
+        node = arguments.node_name(node)
+        available_text = arguments.feature_list(available)
+        active_text = arguments.feature_list(active)
+        arguments.active_subset(available, active)
+        self._runner.run(
+            [
+                "scontrol",
+                "update",
+                f"NodeName={node}",
+                f"AvailableFeatures={available_text}",
+                f"ActiveFeatures={active_text}",
+            ]
+        )
+        log.info("node_features_set", node=node, available=available_text, active=active_text)
+
     def slurm_version(self) -> str:
         """The Slurm clients' version, asked once per door (the output formats are theirs)."""
         if not self._version:
             self._version = parse.parse_version(self._runner.run(["scontrol", "--version"]).stdout)
         return self._version
+
+
+_SBATCH_JOB_ID = re.compile(r"\s*(\d+)(?:;\S*)?\s*\Z")
+
+
+def parse_sbatch_parsable(text: str) -> int:
+    """`sbatch --parsable` prints `<job id>` or `<job id>;<cluster>` (sbatch.c)."""
+    match = _SBATCH_JOB_ID.match(text)
+    if not match:
+        raise SlurmOutputError(f"sbatch --parsable: no job id in {text.strip()[:80]!r}")
+    return int(match.group(1))

@@ -7,10 +7,10 @@ it is installed and built for the running Slurm). `open_door()` picks one.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo
+from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo, ReservationInfo
 
 
 class SlurmDoor(abc.ABC):
@@ -89,6 +89,54 @@ class SlurmDoor(abc.ABC):
     @abc.abstractmethod
     def resume(self, node: str) -> None:
         """Return a drained or down node to service."""
+
+    @abc.abstractmethod
+    def reboot(self, node: str, reason: str) -> None:
+        """`scontrol reboot ASAP nextstate=DOWN Reason=...`: the node drains at once (DRAIN +
+        REBOOT_REQUESTED, our reason), RebootProgram runs when its jobs have ended (DOWN +
+        REBOOT_ISSUED), and when slurmd registers with a newer boot time it stays DOWN with
+        " : reboot complete" added to the reason. A node whose reboot is already pending
+        is skipped by slurmctld without an error. Needs RebootProgram in slurm.conf."""
+
+    @abc.abstractmethod
+    def reservations(self) -> tuple[ReservationInfo, ...]:
+        """Every advance reservation slurmctld knows (active or not)."""
+
+    @abc.abstractmethod
+    def create_reservation(
+        self, name: str, node: str, duration_s: int, users: Sequence[str]
+    ) -> None:
+        """A maintenance reservation of one node from now (Flags=MAINT,IGNORE_JOBS): only
+        jobs of `users` submitted with `--reservation=name` run there; duration rounds up
+        to whole minutes. A taken name or an overlapping reservation is refused."""
+
+    @abc.abstractmethod
+    def delete_reservation(self, name: str) -> None:
+        """Delete a reservation; unknown: ReservationNotFound; with jobs running in it:
+        refused ("Requested reservation is in use")."""
+
+    @abc.abstractmethod
+    def submit_burn_in(
+        self,
+        node: str,
+        reservation: str,
+        command: Sequence[str],
+        *,
+        job_name: str,
+        output: str,
+        time_limit_min: int,
+    ) -> int:
+        """Submit `command` as a batch job on `node` alone, inside `reservation`; returns
+        the job id. The job is not requeued if the node fails: its end is the result."""
+
+    @abc.abstractmethod
+    def set_node_weight(self, node: str, weight: int) -> None:
+        """Set a node's scheduling Weight (nodes of lower weight are allocated first)."""
+
+    @abc.abstractmethod
+    def set_node_features(self, node: str, available: Sequence[str], active: Sequence[str]) -> None:
+        """Replace a node's available and active features (active must be a subset of
+        available); jobs may then ask `--constraint=!feature`."""
 
     @abc.abstractmethod
     def slurm_version(self) -> str:

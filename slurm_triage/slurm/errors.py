@@ -47,3 +47,7 @@ class SlurmOutputError(SlurmError):
 
 class BackendMismatch(SlurmError):
     """The requested backend cannot drive the running Slurm (e.g. pyslurm version mismatch)."""
+
+
+class ReservationNotFound(SlurmCommandError):
+    """No such reservation (slurm_strerror's "Requested reservation is invalid")."""

@@ -60,7 +60,8 @@ class NodeFlag(enum.StrEnum):
     DRAIN = "DRAIN"
     NOT_RESPONDING = "NOT_RESPONDING"
     MAINTENANCE = "MAINTENANCE"
-    REBOOT_REQUESTED = "REBOOT_REQUESTED"
+    REBOOT_REQUESTED = "REBOOT_REQUESTED"  # `scontrol reboot` asked, not yet sent to slurmd
+    REBOOT_ISSUED = "REBOOT_ISSUED"  # sent: the node shows DOWN until slurmd registers again
     POWERED_DOWN = "POWERED_DOWN"
     COMPLETING = "COMPLETING"
     FAIL = "FAIL"
@@ -68,7 +69,12 @@ class NodeFlag(enum.StrEnum):
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One node: base state (IDLE, ALLOCATED, MIXED, DOWN, ...), flags and the admin reason."""
+    """One node: base state (IDLE, ALLOCATED, MIXED, DOWN, ...), flags and the admin reason.
+
+    `weight` is Slurm's scheduling Weight (lower is used first; None when the source does
+    not say), `features` the available features and `active_features` the active ones
+    (AvailableFeatures=/ActiveFeatures=), `boot_time` when slurmd last reported a boot
+    (epoch seconds; a newer one after `scontrol reboot` means the reboot happened)."""
 
     name: str
     state: str
@@ -78,6 +84,10 @@ class NodeInfo:
     reason_time: int | None
     partitions: tuple[str, ...] = ()
     comment: str = ""
+    weight: int | None = None
+    features: tuple[str, ...] = ()
+    active_features: tuple[str, ...] = ()
+    boot_time: int | None = None
 
     @property
     def drained(self) -> bool:
@@ -95,6 +105,40 @@ class NodeInfo:
     def label(self) -> str:
         """Slurm's compact form, e.g. IDLE+DRAIN."""
         return "+".join([self.state, *sorted(self.flags)])
+
+    @property
+    def reboot_pending(self) -> bool:
+        """A reboot was asked (`scontrol reboot`) and slurmd has not registered since:
+        slurmctld skips a second request for such a node (proc_req.c)."""
+        return bool({NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED} & self.flags)
+
+
+@dataclass(frozen=True)
+class ReservationInfo:
+    """One advance reservation (`scontrol show reservation`): its nodes (expanded), its
+    window in epoch seconds (None: not given), Slurm's flags (MAINT, IGNORE_JOBS,
+    SPEC_NODES, ...) and the users allowed in it. A node in an active reservation runs only
+    jobs submitted with `--reservation=<name>` by those users."""
+
+    name: str
+    nodes: tuple[str, ...]
+    start_time: int | None
+    end_time: int | None
+    flags: frozenset[str]
+    users: tuple[str, ...]
+
+    def active(self, now: float) -> bool:
+        """Slurm's State=ACTIVE: start <= now <= end (reservation_info.c)."""
+        return (
+            self.start_time is not None
+            and self.end_time is not None
+            and self.start_time <= now <= self.end_time
+        )
+
+    @property
+    def maintenance(self) -> bool:
+        """Flags=MAINT: a maintenance reservation (its nodes carry the MAINTENANCE flag)."""
+        return "MAINT" in self.flags
 
 
 # Node states, as `sacctmgr show event` prints them (node_state_string_compact in Slurm's

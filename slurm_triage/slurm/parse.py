@@ -388,7 +388,9 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
     flags after, in data_parser's flag table order). reason_changed_at: 22.05 and v0.0.39
     (23.02) a plain int, v0.0.40+ (23.11 on) {"set", "infinite", "number"}; 0 or unset means
     no time. reason_set_by_user: null or "" when no reason. partitions: a list (a CSV string
-    is accepted too)."""
+    is accepted too). weight: a plain int; boot_time: as reason_changed_at; features and
+    active_features: a CSV string on 22.05, a list from 23.02 (data_parser's CSV_LIST,
+    CSV_STRING)."""
     state = raw["state"]
     words = [state] if isinstance(state, str) else list(state)
     words += list(raw.get("state_flags") or [])
@@ -404,6 +406,11 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
         reason_time=_json_time(raw.get("reason_changed_at")),
         partitions=_json_names(raw.get("partitions")),
         comment=_json_text(raw.get("comment")),
+        weight=_json_count(raw.get("weight"), default=None),
+        # 22.05: a CSV string ("" for none); 23.02+ (CSV_LIST, CSV_STRING): a list.
+        features=_json_names(raw.get("features")),
+        active_features=_json_names(raw.get("active_features")),
+        boot_time=_json_time(raw.get("boot_time")),
     )
 
 

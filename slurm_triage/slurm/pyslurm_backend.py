@@ -22,6 +22,12 @@ partition's. What pyslurm 25.11 cannot do goes through the command-line door it 
   of several nodes that went down in the same second (a switch taking a rack with it)
   overwrite one another, and it filters neither event type nor cluster; they are read
   with `sacctmgr show event`.
+- reboots: pyslurm 25.11 has no reboot call (`scontrol reboot`);
+- creating a reservation and submitting the burn-in job: `Reservation.create()` judges its
+  success by `slurm_errno()` (left over from any earlier call in the process), not by what
+  slurm_create_reservation returned, and `sbatch --wrap` has no pyslurm counterpart; both
+  go through scontrol and sbatch. Reading and deleting reservations is pyslurm's;
+- weight 0 and empty feature lists: pyslurm sends 0 and "" as "no change".
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import pwd
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -39,6 +45,8 @@ import tenacity
 from slurm_triage import hostlist
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
 from slurm_triage.logs import get_logger
+from slurm_triage.slurm import arguments
+from slurm_triage.slurm.arguments import MAX_REASON_CHARS
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
     JobNotFound,
@@ -49,14 +57,17 @@ from slurm_triage.slurm.errors import (
     SlurmTimeout,
     SlurmUnavailable,
 )
-from slurm_triage.slurm.model import JobInfo, JobState, NodeEventLog, NodeInfo
+from slurm_triage.slurm.model import (
+    JobInfo,
+    JobState,
+    NodeEventLog,
+    NodeInfo,
+    ReservationInfo,
+)
 from slurm_triage.slurm.runner import error_class_for
 
 T = TypeVar("T")
 log = get_logger(component="slurm.pyslurm")
-
-# Drain reasons and comments: the same limits as the command-line door.
-MAX_REASON_CHARS = 500
 
 # pyslurm's own messages (not slurm_strerror texts), then Slurm's words via the runner's table.
 _PYSLURM_ERRORS: tuple[tuple[re.Pattern[str], type[SlurmError]], ...] = (
@@ -263,6 +274,69 @@ class PyslurmDoor(SlurmDoor):
         self._modify_node("resume", node, state="RESUME")
         log.info("node_resumed", node=node)
 
+    def reboot(self, node: str, reason: str) -> None:
+        self._cli.reboot(node, reason)  # pyslurm 25.11 has no reboot call
+
+    def reservations(self) -> tuple[ReservationInfo, ...]:
+        def load() -> tuple[ReservationInfo, ...]:
+            found = [_reservation(r) for r in self._ps.Reservations.load().values()]
+            return tuple(sorted(found, key=lambda r: r.name))
+
+        return self._call("reservations", load)
+
+    def create_reservation(
+        self, name: str, node: str, duration_s: int, users: Sequence[str]
+    ) -> None:
+        self._cli.create_reservation(name, node, duration_s, users)
+
+    def delete_reservation(self, name: str) -> None:
+        name = arguments.plain_name(name, "reservation name")
+        self._call("delete_reservation", lambda: self._ps.Reservation(name).delete())
+        log.info("reservation_deleted", reservation=name)
+
+    def submit_burn_in(
+        self,
+        node: str,
+        reservation: str,
+        command: Sequence[str],
+        *,
+        job_name: str,
+        output: str,
+        time_limit_min: int,
+    ) -> int:
+        return self._cli.submit_burn_in(
+            node,
+            reservation,
+            command,
+            job_name=job_name,
+            output=output,
+            time_limit_min=time_limit_min,
+        )
+
+    def set_node_weight(self, node: str, weight: int) -> None:
+        node, weight = arguments.node_name(node), arguments.weight(weight)
+        if weight == 0:
+            self._cli.set_node_weight(node, 0)
+            return
+        self._modify_node("node_weight", node, weight=weight)
+        log.info("node_weight_set", node=node, weight=weight)
+
+    def set_node_features(self, node: str, available: Sequence[str], active: Sequence[str]) -> None:
+        node = arguments.node_name(node)
+        available_text = arguments.feature_list(available)
+        active_text = arguments.feature_list(active)
+        arguments.active_subset(available, active)
+        if not (available_text and active_text):
+            self._cli.set_node_features(node, available, active)
+            return
+        self._modify_node(
+            "node_features",
+            node,
+            available_features=available_text.split(","),
+            active_features=active_text.split(","),
+        )
+        log.info("node_features_set", node=node, available=available_text, active=active_text)
+
     def _modify_node(self, what: str, node: str, **change: Any) -> None:
         def modify() -> None:
             self._ps.Node(node).modify(self._ps.Node(**change))
@@ -385,6 +459,40 @@ def _state_text(state: JobState, raw: Any) -> str:
         return state.value
 
 
+# pyslurm's ReservationFlags names (core/reservation.pyx) as Slurm prints them
+# (reservation_flags_string).
+_RESERVATION_FLAG_NAMES = {
+    "MAINTENANCE": "MAINT",
+    "IGNORE_RUNNING_JOBS": "IGNORE_JOBS",
+    "SPECIFIC_NODES": "SPEC_NODES",
+    "STATIC_NODES": "STATIC",
+    "PARTITION_NODES_ONLY": "PART_NODES",
+    "USER_DELETION": "USER_DELETE",
+    "PURGE": "PURGE_COMP",
+    "NO_JOB_HOLD_AFTER_END": "NO_HOLD_JOBS_AFTER_END",
+}
+
+
+def _reservation(raw: Any) -> ReservationInfo:
+    flags = frozenset(
+        _RESERVATION_FLAG_NAMES.get(str(flag.name), str(flag.name))
+        for flag in (raw.flags or ())
+        if flag.name
+    )
+    return ReservationInfo(
+        name=str(raw.name),
+        nodes=_hostnames(raw.nodes),
+        start_time=_epoch(raw.start_time),
+        end_time=_epoch(raw.end_time),
+        flags=flags,
+        users=tuple(str(u) for u in raw.users or ()),
+    )
+
+
+def _epoch(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _node(raw: Any) -> NodeInfo:
     # pyslurm renders the state like scontrol: "IDLE+DRAIN".
     base, *flags = _text(raw.state).upper().split("+") if _text(raw.state) else ["UNKNOWN"]
@@ -397,4 +505,8 @@ def _node(raw: Any) -> NodeInfo:
         reason_time=raw.reason_time,
         partitions=tuple(raw.partitions or ()),
         comment=_text(raw.comment),
+        weight=raw.weight if isinstance(raw.weight, int) else None,
+        features=tuple(raw.available_features or ()),
+        active_features=tuple(raw.active_features or ()),
+        boot_time=_epoch(raw.boot_time),
     )

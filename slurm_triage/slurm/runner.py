@@ -23,6 +23,7 @@ from slurm_triage.slurm.errors import (
     JobNotFound,
     NodeNotFound,
     NotRequeueable,
+    ReservationNotFound,
     SlurmCommandError,
     SlurmTimeout,
     SlurmUnavailable,
@@ -34,6 +35,12 @@ _ERROR_PATTERNS: tuple[
 ] = (
     (re.compile(r"Invalid job id|Invalid job array|job id .* not found", re.I), JobNotFound),
     (re.compile(r"Invalid node name|Node .* not found", re.I), NodeNotFound),
+    # ESLURM_RESERVATION_INVALID (slurm_errno.c, 22.05-25.11): an unknown name to delete
+    # or to submit into; pyslurm's own "Reservation 'x' doesn't exist" for a load.
+    (
+        re.compile(r"Requested reservation is invalid|Reservation '.*' doesn't exist", re.I),
+        ReservationNotFound,
+    ),
     (
         re.compile(r"Requested operation is presently disabled|Only batch jobs", re.I),
         NotRequeueable,

@@ -1,0 +1,349 @@
+"""A node's repair carried out in Slurm (issue 16): reboot, GPU reset request, burn-in,
+RMA and the suspect marks. The lifecycle policy (policies.lifecycle) decides; these do.
+
+What each does in Slurm (read from SchedMD's source, 22.05 and 25.11 alike):
+
+- `reboot_node`: `scontrol reboot ASAP nextstate=DOWN Reason=<reason> <node>`. The node
+  drains at once (DRAIN + REBOOT_REQUESTED, our reason, by the user we run as); once its
+  jobs have ended slurmctld runs RebootProgram and shows it DOWN + DRAIN + REBOOT_ISSUED,
+  appending " : reboot issued" to the reason; when slurmd registers with a newer boot
+  time it stays DOWN, DRAIN cleared, " : reboot complete" appended (node_mgr.c
+  validate_node_specs), so the reason still starts with ours. A reboot that never
+  comes back is DOWN after ResumeTimeout ("reboot timed out", the reason kept). A node
+  whose reboot is already pending is skipped by slurmctld with no error: ALREADY here.
+- `request_gpu_reset`: drains the node with `reason` (`triage: repairing gpu_reset ...`);
+  the node's own HealthCheckProgram resets the GPU when the node is idle (root on the node:
+  the controller cannot) and rewrites the reason.
+- `start_burn_in`: `scontrol create reservation` of the node alone from now
+  (Flags=MAINT,IGNORE_JOBS; Slurm adds SPEC_NODES), so that only jobs asking for it run
+  there; `scontrol update State=RESUME` (a drained, or DOWN after a reboot, node); then
+  `sbatch --reservation --nodelist --exclusive --no-requeue` of the burn-in command. The
+  job id is in the result. Root's and SlurmUser's jobs may use any reservation.
+- `end_burn_in`: `scontrol delete ReservationName=...`; one already gone is ALREADY.
+- `send_to_rma`: drains the node with `reason` (`triage: rma ...`); nothing of ours resumes
+  it (a person does, `slurm-triage nodes release`).
+- `mark_suspect`: `scontrol update NodeName= Weight=<weight>` and the `feature` added to
+  AvailableFeatures and ActiveFeatures, so larger jobs land elsewhere first and jobs may
+  ask `--constraint=!triage_suspect`; the node's weight and features before are in the
+  result for the journal. `clear_suspect` sets the weight recorded before and takes the
+  feature out again (other features, an admin's included, stay). Slurm keeps such updates
+  across a slurmctld restart but `scontrol reconfigure` resets them from slurm.conf.
+
+Every function takes `dry_run` (`policy.act = false`): then nothing changes in Slurm (reads
+still happen) and the outcome is DRY_RUN. None raises for Slurm's answers: each returns a
+RepairResult whose outcome says what happened and whose `detail` carries Slurm's words,
+and logs it with a constant event name (repair_applied, repair_dry_run, repair_failed).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from slurm_triage.logs import get_logger
+from slurm_triage.slurm.door import SlurmDoor
+from slurm_triage.slurm.errors import (
+    ReservationNotFound,
+    SlurmCommandError,
+    SlurmError,
+    SlurmOutputError,
+    SlurmTimeout,
+    SlurmUnavailable,
+)
+from slurm_triage.slurm.model import NodeFlag, NodeInfo
+
+SUSPECT_FEATURE = "triage_suspect"
+
+
+class RepairAction(enum.StrEnum):
+    REBOOT = "reboot"
+    GPU_RESET = "gpu_reset"
+    START_BURN_IN = "start_burn_in"
+    END_BURN_IN = "end_burn_in"
+    RMA = "rma"
+    MARK_SUSPECT = "mark_suspect"
+    CLEAR_SUSPECT = "clear_suspect"
+
+
+class RepairOutcome(enum.StrEnum):
+    APPLIED = "applied"  # Slurm took the change
+    DRY_RUN = "dry_run"  # policy.act = false: nothing was changed
+    ALREADY = "already"  # Slurm already showed it (reboot pending, reservation gone, ...)
+    REFUSED = "refused"  # Slurm said no (unknown node, bad value, reservation in use, ...)
+    UNAVAILABLE = "unavailable"  # slurmctld unreachable or too slow: try again later
+    UNKNOWN = "unknown"  # anything else (unreadable output, a failed exec)
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    """What one repair step did. `detail` is Slurm's one line on a failure (or what a dry
+    run would have done); `job_id` is the burn-in job's; the `*_before` fields are the
+    node's weight and features before mark_suspect, for the journal to restore."""
+
+    action: RepairAction
+    node: str
+    outcome: RepairOutcome
+    detail: str = ""
+    job_id: int | None = None
+    weight_before: int | None = None
+    features_before: tuple[str, ...] = ()
+    active_features_before: tuple[str, ...] = ()
+
+    @property
+    def applied(self) -> bool:
+        return self.outcome is RepairOutcome.APPLIED
+
+    @property
+    def dry_run(self) -> bool:
+        return self.outcome is RepairOutcome.DRY_RUN
+
+    @property
+    def ok(self) -> bool:
+        """Slurm is as wanted (changed now, already so, or a dry run)."""
+        return self.outcome in (
+            RepairOutcome.APPLIED,
+            RepairOutcome.ALREADY,
+            RepairOutcome.DRY_RUN,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "action": self.action.value,
+            "node": self.node,
+            "outcome": self.outcome.value,
+            "detail": self.detail,
+            "job_id": self.job_id,
+            "weight_before": self.weight_before,
+            "features_before": list(self.features_before),
+            "active_features_before": list(self.active_features_before),
+        }
+
+
+def reboot_node(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
+    """Reboot the node when its jobs end, leaving it DOWN afterwards (see the module)."""
+    result = RepairResult(RepairAction.REBOOT, node, RepairOutcome.APPLIED, detail=reason)
+
+    def act() -> RepairResult:
+        if door.node(node).reboot_pending:
+            return replace(result, outcome=RepairOutcome.ALREADY, detail="reboot pending")
+        if dry_run:
+            return replace(result, outcome=RepairOutcome.DRY_RUN)
+        door.reboot(node, reason)
+        return result
+
+    return _finish(result, act)
+
+
+def request_gpu_reset(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
+    """Drain the node with the reason that asks its HealthCheckProgram for a GPU reset."""
+    return _drain(RepairAction.GPU_RESET, door, node, reason, dry_run=dry_run)
+
+
+def send_to_rma(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
+    """Drain the node for a person to send it for repair; it is never resumed by us."""
+    return _drain(RepairAction.RMA, door, node, reason, dry_run=dry_run)
+
+
+def start_burn_in(
+    door: SlurmDoor,
+    node: str,
+    *,
+    reservation: str,
+    users: Sequence[str],
+    duration_s: int,
+    command: Sequence[str],
+    job_name: str,
+    output: str,
+    time_limit_min: int,
+    dry_run: bool,
+) -> RepairResult:
+    """Reserve the node for the burn-in, return it to service inside the reservation and
+    submit the burn-in job (its id in the result). A step that fails leaves the steps
+    before it in place (the node stays inside its reservation, where nothing else runs);
+    `detail` names the step."""
+    result = RepairResult(RepairAction.START_BURN_IN, node, RepairOutcome.APPLIED)
+    step = "reservation"
+
+    def act() -> RepairResult:
+        nonlocal step
+        held = {r.name: r for r in door.reservations()}
+        if reservation in held and node not in held[reservation].nodes:
+            raise SlurmCommandError(
+                f"reservation {reservation} exists for {','.join(held[reservation].nodes)}"
+            )
+        if dry_run:
+            return replace(
+                result,
+                outcome=RepairOutcome.DRY_RUN,
+                detail=f"would reserve {node} as {reservation}, resume it, submit {job_name}",
+            )
+        if reservation not in held:
+            door.create_reservation(reservation, node, duration_s, users)
+        step = "resume"
+        if _out_of_service(door.node(node)):
+            door.resume(node)
+        step = "submit"
+        job_id = door.submit_burn_in(
+            node,
+            reservation,
+            command,
+            job_name=job_name,
+            output=output,
+            time_limit_min=time_limit_min,
+        )
+        return replace(result, job_id=job_id, detail=f"job {job_id} in {reservation}")
+
+    return _finish(result, act, lambda: step)
+
+
+def end_burn_in(door: SlurmDoor, node: str, *, reservation: str, dry_run: bool) -> RepairResult:
+    """Delete the node's burn-in reservation (its job must have ended: Slurm refuses
+    while one runs in it)."""
+    result = RepairResult(RepairAction.END_BURN_IN, node, RepairOutcome.APPLIED)
+
+    def act() -> RepairResult:
+        if dry_run:
+            return replace(
+                result, outcome=RepairOutcome.DRY_RUN, detail=f"would delete {reservation}"
+            )
+        try:
+            door.delete_reservation(reservation)
+        except ReservationNotFound:
+            return replace(result, outcome=RepairOutcome.ALREADY, detail=f"{reservation} gone")
+        return result
+
+    return _finish(result, act)
+
+
+def mark_suspect(
+    door: SlurmDoor,
+    node: str,
+    *,
+    weight: int,
+    feature: str = SUSPECT_FEATURE,
+    dry_run: bool,
+) -> RepairResult:
+    """Raise the node's Weight and add `feature` to its available and active features;
+    the weight and features before are returned for clear_suspect."""
+    result = RepairResult(RepairAction.MARK_SUSPECT, node, RepairOutcome.APPLIED)
+
+    def act() -> RepairResult:
+        info = door.node(node)
+        before = replace(
+            result,
+            weight_before=info.weight,
+            features_before=info.features,
+            active_features_before=info.active_features,
+        )
+        if info.weight == weight and feature in info.features and feature in info.active_features:
+            return replace(before, outcome=RepairOutcome.ALREADY)
+        if dry_run:
+            return replace(
+                before, outcome=RepairOutcome.DRY_RUN, detail=f"weight {weight}, +{feature}"
+            )
+        if info.weight != weight:
+            door.set_node_weight(node, weight)
+        if feature not in info.features or feature not in info.active_features:
+            door.set_node_features(
+                node, _with(info.features, feature), _with(info.active_features, feature)
+            )
+        return replace(before, detail=f"weight {weight}, +{feature}")
+
+    return _finish(result, act)
+
+
+def clear_suspect(
+    door: SlurmDoor,
+    node: str,
+    *,
+    weight: int,
+    feature: str = SUSPECT_FEATURE,
+    dry_run: bool,
+) -> RepairResult:
+    """Set the node's Weight back to `weight` (the one recorded by mark_suspect) and take
+    `feature` out of its available and active features."""
+    result = RepairResult(RepairAction.CLEAR_SUSPECT, node, RepairOutcome.APPLIED)
+
+    def act() -> RepairResult:
+        info = door.node(node)
+        marked = feature in info.features or feature in info.active_features
+        if info.weight == weight and not marked:
+            return replace(result, outcome=RepairOutcome.ALREADY)
+        if dry_run:
+            return replace(
+                result, outcome=RepairOutcome.DRY_RUN, detail=f"weight {weight}, -{feature}"
+            )
+        if info.weight != weight:
+            door.set_node_weight(node, weight)
+        if marked:
+            door.set_node_features(
+                node, _without(info.features, feature), _without(info.active_features, feature)
+            )
+        return replace(result, detail=f"weight {weight}, -{feature}")
+
+    return _finish(result, act)
+
+
+# -- internals ---------------------------------------------------------------------------
+
+
+def _drain(
+    action: RepairAction, door: SlurmDoor, node: str, reason: str, *, dry_run: bool
+) -> RepairResult:
+    result = RepairResult(action, node, RepairOutcome.APPLIED, detail=reason)
+
+    def act() -> RepairResult:
+        if dry_run:
+            return replace(result, outcome=RepairOutcome.DRY_RUN)
+        door.drain(node, reason)
+        return result
+
+    return _finish(result, act)
+
+
+def _finish(
+    result: RepairResult,
+    act: Callable[[], RepairResult],
+    step: Callable[[], str] | None = None,
+) -> RepairResult:
+    """Run the step, turn a failure into its outcome, log what happened."""
+    log = get_logger(node=result.node)
+    try:
+        done = act()
+    except (SlurmUnavailable, SlurmTimeout) as exc:
+        done = replace(result, outcome=RepairOutcome.UNAVAILABLE, detail=_said(exc, step))
+    except SlurmOutputError as exc:
+        done = replace(result, outcome=RepairOutcome.UNKNOWN, detail=_said(exc, step))
+    except SlurmError as exc:
+        done = replace(result, outcome=RepairOutcome.REFUSED, detail=_said(exc, step))
+    except OSError as exc:  # e.g. E2BIG, or a Slurm command that cannot be executed
+        done = replace(result, outcome=RepairOutcome.UNKNOWN, detail=_said(exc, step))
+    if done.ok:
+        event = "repair_dry_run" if done.dry_run else "repair_applied"
+        log.info(event, action=done.action.value, outcome=done.outcome.value, detail=done.detail)
+    else:
+        log.error(
+            "repair_failed",
+            action=done.action.value,
+            outcome=done.outcome.value,
+            detail=done.detail,
+        )
+    return done
+
+
+def _said(exc: BaseException, step: Callable[[], str] | None) -> str:
+    text = " ".join(str(exc).split())[:300] or type(exc).__name__
+    return f"{step()}: {text}" if step else text
+
+
+def _out_of_service(info: NodeInfo) -> bool:
+    return info.drained or info.state in ("DOWN", "FAIL") or NodeFlag.FAIL in info.flags
+
+
+def _with(features: tuple[str, ...], feature: str) -> tuple[str, ...]:
+    return features if feature in features else (*features, feature)
+
+
+def _without(features: tuple[str, ...], feature: str) -> tuple[str, ...]:
+    return tuple(f for f in features if f != feature)
