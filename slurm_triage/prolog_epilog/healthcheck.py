@@ -7,14 +7,18 @@ slurmd: the drain is our own call, so it always exits 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slurm_triage.config import Config
 from slurm_triage.health_checks.reports import log_report, save_report
 from slurm_triage.health_checks.result import RunReport
 from slurm_triage.health_checks.runner import run_checks
 from slurm_triage.observe import hooks as observe
-from slurm_triage.policies.nodes import NodeDecision
-from slurm_triage.prolog_epilog.node_action import act
+
+# The Prolog imports this module for `record` on every job start; acting on the node (the
+# door, the policies) is imported only by the runs that act.
+if TYPE_CHECKING:
+    from slurm_triage.policies.nodes import NodeDecision
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ def periodic(
     config: Config, *, only: list[str] | None = None, dry_run: bool = False, node: str | None = None
 ) -> HealthRun:
     """The full screen (cron, HealthCheckProgram, `slurm-triage check --all`)."""
+    from slurm_triage.prolog_epilog.node_action import act
+
     report = run_checks(config, mode="cron", only=only, everything=True, node=node)
     log_report(report)
     record(config, report)

@@ -14,18 +14,17 @@ import os
 
 from slurm_triage.config import Config
 from slurm_triage.deadline import call_with_deadline
-from slurm_triage.evidence import EvidenceRecord, Source, record_to_json
-from slurm_triage.evidence.store import prepare_job_dir, write_root_record
+from slurm_triage.evidence.store.job_dir import prepare_job_dir
 from slurm_triage.gpu_ids import job_scope
-from slurm_triage.health_checks.registry import health_fact
 from slurm_triage.health_checks.reports import log_report
 from slurm_triage.health_checks.result import RunReport, Severity
 from slurm_triage.health_checks.runner import run_checks
 from slurm_triage.logs import get_logger
-from slurm_triage.policies.nodes import NodeOutcome
 from slurm_triage.prolog_epilog.healthcheck import record
 from slurm_triage.prolog_epilog.job_end import slurm_env
-from slurm_triage.prolog_epilog.node_action import act
+
+# A node that passes (nearly every job start) needs none of what acts on a failure: the
+# door to Slurm, the policies and the root record's writer are imported when one is found.
 
 
 def prolog(config: Config) -> int:
@@ -37,6 +36,14 @@ def prolog(config: Config) -> int:
     record(config, report)
     if not report.failures:
         return 0
+    return _on_failure(config, report)
+
+
+def _on_failure(config: Config, report: RunReport) -> int:
+    """Drain or not (node_action, the circuit breaker); turn the job away on a hard failure."""
+    from slurm_triage.policies.nodes import NodeOutcome
+    from slurm_triage.prolog_epilog.node_action import act
+
     decision = act(config, report, may_resume=False, dry_run=False)
     hard = any(r.severity is Severity.HIGH for r in report.failures)
     if hard:
@@ -69,6 +76,10 @@ def _prepare_job_dir(config: Config) -> None:
 def _record_for_decision(config: Config, report: RunReport) -> None:
     """A job turned away by the prolog is requeued by Slurm itself; the decision learns why
     from this root record (`<evidence_dir>/_root/<job>/<node>.prolog.json`)."""
+    from slurm_triage.evidence import EvidenceRecord, Source, record_to_json
+    from slurm_triage.evidence.store import write_root_record
+    from slurm_triage.health_checks.registry import health_fact
+
     job = slurm_env(os.environ, "job_id")
     if not job.isdigit():
         return

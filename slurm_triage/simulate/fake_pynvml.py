@@ -135,10 +135,19 @@ class FakeNvml:
 
     # -- state ------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
+        # Read on every call, as the driver answers live; parsed again only when the bytes
+        # changed (a health run makes ~900 calls on 8 GPUs; parsing each was most of the
+        # Prolog's time on a simulated node). The state is only ever read, never mutated.
         try:
-            state: dict[str, Any] = json.loads(self._path.read_text())
+            raw = self._path.read_bytes()
         except FileNotFoundError:
             raise _E("NVML_ERROR_LIBRARY_NOT_FOUND") from None
+        cached = object.__getattribute__(self, "__dict__").get("_parsed")
+        if cached is not None and cached[0] == raw:
+            state: dict[str, Any] = cached[1]
+        else:
+            state = json.loads(raw)
+            self._parsed = (raw, state)
         hang = state.get("driver", {}).get("hang_s", 0)
         if hang:
             time.sleep(hang)

@@ -91,7 +91,7 @@ def test_prolog_reads_the_jobs_gpus_from_its_environment(
     def act(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the Prolog wanted to drain a healthy shared node")
 
-    monkeypatch.setattr(prolog, "act", act)
+    monkeypatch.setattr("slurm_triage.prolog_epilog.node_action.act", act)
     monkeypatch.setenv("SLURMD_NODENAME", "node2")
     monkeypatch.setenv("SLURM_JOB_GPUS", "4,5,6,7")
     only = replace(config, health=replace(config.health, mounts=()))
