@@ -3,7 +3,8 @@ door's Runner, node events through the door), and attributions from our journal.
 
 The Slurm calls are bounded like every Slurm call (own process group, killed at the
 deadline), but with a generous deadline, since a year of accounting takes slurmdbd a while
-to stream. The journal is opened read-only, so a report never blocks the deciders.
+to stream. The journal is read through journal.reader (read-only: a report never blocks
+the deciders).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 from datetime import datetime
 from pathlib import Path
 
@@ -21,6 +21,8 @@ from slurm_triage.analytics.attribution_join import ATTRIBUTION_SCHEMA
 from slurm_triage.analytics.node_events import NodeEvents, from_log
 from slurm_triage.analytics.sacct_layout import SACCT_FIELDS, IngestError
 from slurm_triage.config import SlurmConfig
+from slurm_triage.journal.reader import JournalReader
+from slurm_triage.journal.store import JournalError
 from slurm_triage.slurm.runner import Runner
 from slurm_triage.taxonomy import Cause, Domain, info
 
@@ -71,23 +73,19 @@ def fetch_node_events(config: SlurmConfig, since: datetime, until: datetime | No
     return from_log(log, f"node events since {since:%Y-%m-%d %H:%M} ({door.name} door)")
 
 
-# The journal keys a decision by (job id, restart count before that end): attempt n+1.
-_JOURNAL_QUERY = (
-    "SELECT job_id, restart + 1, cause, evidence FROM decisions "
-    "WHERE cause IS NOT NULL AND cause != ''"
-)
-
-
 def journal_attributions(path: Path) -> pl.DataFrame:
     """The journal's decisions as (job_raw, attempt, cause) for ingest.attribute. A node
     fault that only the job's own evidence claimed counts as `unknown`: a user's records
-    must never make a node look like hardware in the statistics."""
+    must never make a node look like hardware in the statistics. The journal keys a
+    decision by (job id, restart count before that end): attempt n+1."""
     try:
-        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
-            rows = db.execute(_JOURNAL_QUERY).fetchall()
-    except sqlite3.Error as exc:
-        raise IngestError(f"{path}: cannot read the journal: {exc}") from None
-    kept = [(job, attempt, _confirmed(cause, evidence)) for job, attempt, cause, evidence in rows]
+        with JournalReader(path) as journal:
+            kept = [
+                (row.job_id, row.restart + 1, _confirmed(row.cause, row.evidence_json))
+                for row in journal.recorded_causes()
+            ]
+    except JournalError as exc:
+        raise IngestError(f"cannot read the journal: {exc}") from None
     return pl.DataFrame(kept, schema=ATTRIBUTION_SCHEMA, orient="row")
 
 

@@ -14,7 +14,6 @@ too (a replay that holds a job earlier must know what its later attempts cost).
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,8 @@ from slurm_triage.analytics.fetch import journal_attributions
 from slurm_triage.analytics.ingest import Accounting
 from slurm_triage.analytics.node_events import NodeEvents
 from slurm_triage.analytics.sacct_layout import IngestError
+from slurm_triage.journal.reader import JournalReader, RecordedCause
+from slurm_triage.journal.store import JournalError
 from slurm_triage.taxonomy import DRAIN_PREFIX, Cause
 
 # A node list longer than this (a hostile or broken file) is not expanded.
@@ -194,29 +195,28 @@ def _nodes(nodelist: object) -> tuple[tuple[str, ...], bool]:
     return tuple(nodes), False
 
 
-_JOURNAL_QUERY = (
-    "SELECT job_id, restart, cause, blamed, root_backed FROM decisions "
-    "WHERE cause IS NOT NULL AND cause != ''"
-)
-
-
 def _journal_blames(path: Path) -> dict[tuple[int, int], _Blame]:
     """(job, restart) -> the cause, blamed nodes and root backing the decider recorded."""
     try:
-        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
-            rows = db.execute(_JOURNAL_QUERY).fetchall()
-    except sqlite3.Error as exc:
-        raise IngestError(f"{path}: cannot read the journal: {exc}") from None
-    out = {}
-    for job_id, restart, cause, blamed, root in rows:
-        try:
-            parsed = Cause(cause)
-            nodes = json.loads(blamed) if blamed else []
-        except ValueError:
-            continue
-        kept = tuple(str(n) for n in nodes if isinstance(n, str)) if isinstance(nodes, list) else ()
-        out[(int(job_id), int(restart))] = _Blame(parsed, kept, bool(root))
-    return out
+        with JournalReader(path) as journal:
+            return {
+                (row.job_id, row.restart): blame
+                for row in journal.recorded_causes()
+                if (blame := _recorded_blame(row)) is not None
+            }
+    except JournalError as exc:
+        raise IngestError(f"cannot read the journal: {exc}") from None
+
+
+def _recorded_blame(row: RecordedCause) -> _Blame | None:
+    """A journal row's blame; None for a cause or a blamed list this code cannot read."""
+    try:
+        parsed = Cause(row.cause)
+        nodes = json.loads(row.blamed_json) if row.blamed_json else []
+    except ValueError:
+        return None
+    kept = tuple(str(n) for n in nodes if isinstance(n, str)) if isinstance(nodes, list) else ()
+    return _Blame(parsed, kept, row.root_backed)
 
 
 def _health_drains(events: NodeEvents | None) -> tuple[HealthDrain, ...]:

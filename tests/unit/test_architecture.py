@@ -175,7 +175,7 @@ ALLOWED: dict[str, set[str]] = {
         "taxonomy",
     },
     "testing": {"policies", "slurm"},
-    "analytics": {"config", "errors", "hostlist", "slurm", "taxonomy"},
+    "analytics": {"config", "errors", "hostlist", "journal", "slurm", "taxonomy"},
     "devcluster": {"actuator", "config", "errors", "logs", "simulate", "slurm"},
 }
 # The programs and the tools on top may import what is below them, but not each other's
@@ -354,6 +354,36 @@ def test_only_the_door_runs_slurm_commands() -> None:
         if not m.name.startswith(MAY_RUN_SLURM) and (found := slurm_commands(m.tree))
     }
     assert offenders == {}
+
+
+# -- only journal/ opens SQLite --------------------------------------------------------------
+
+
+def stdlib_imports(tree: ast.AST) -> set[str]:
+    """The top-level names of every module a module imports (`import a.b`, `from a import`)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_import_finder_finds_sqlite3() -> None:
+    source = "def f():\n    import sqlite3\nfrom sqlite3 import connect\nimport os.path\n"
+    assert stdlib_imports(ast.parse(source)) == {"sqlite3", "os"}
+
+
+def test_only_the_journal_opens_sqlite() -> None:
+    """The journal's file is read and written through slurm_triage.journal alone (the
+    analytics and the replay read it with journal.reader)."""
+    offenders = sorted(
+        m.name
+        for m in modules()
+        if not m.name.startswith("slurm_triage.journal") and "sqlite3" in stdlib_imports(m.tree)
+    )
+    assert offenders == []
 
 
 # -- the node programs stay light ------------------------------------------------------------
