@@ -22,13 +22,14 @@ from slurm_triage.slurm.errors import (
     JobNotFound,
     NodeNotFound,
     NotRequeueable,
+    ReservationNotFound,
     SlurmCommandError,
     SlurmError,
     SlurmOutputError,
     SlurmTimeout,
     SlurmUnavailable,
 )
-from slurm_triage.slurm.model import JobInfo, JobState, NodeFlag, NodeInfo
+from slurm_triage.slurm.model import JobInfo, JobState, NodeFlag, NodeInfo, ReservationInfo
 from slurm_triage.slurm.runner import Runner
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     "NodeInfo",
     "NodeNotFound",
     "NotRequeueable",
+    "ReservationInfo",
+    "ReservationNotFound",
     "SlurmCommandError",
     "SlurmDoor",
     "SlurmError",
