@@ -295,6 +295,7 @@ def prepare(layout: cf.ClusterLayout) -> None:
     _write(layout.triage_conf, cf.triage_conf(layout))
     for hook, program in cf.HOOK_PROGRAMS.items():
         _write(layout.hooks / hook, cf.hook_script(layout, program), 0o755)
+    _write(layout.hooks / "reboot", cf.reboot_script(layout), 0o755)
     layout.root.chmod(0o755)
 
 
@@ -498,7 +499,7 @@ def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.Clus
             _start_slurm_daemon(
                 layout,
                 "slurmd",
-                ["-f", str(layout.slurm_conf), "-N", node],
+                [cf.SLURMD_BOOT_FLAG, "-f", str(layout.slurm_conf), "-N", node],
                 layout.pid_file(f"slurmd-{node}"),
                 layout.node_port(i),
             )

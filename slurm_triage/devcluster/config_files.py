@@ -207,6 +207,10 @@ HealthCheckProgram={hooks}/healthcheck
 # cron would on a real cluster, so a test never races a background drain.
 HealthCheckInterval=0
 HealthCheckNodeState=ANY
+# `scontrol reboot` runs it on the node (slurmd's system()): the dev cluster's "reboot"
+# (reboot_script below); slurmd runs with -b, so its restart reads as a new boot.
+RebootProgram={hooks}/reboot
+ResumeTimeout=60
 {nodes}
 PartitionName=gpu Nodes={",".join(NODE_NAMES)} Default=YES MaxTime=INFINITE State=UP
 """
@@ -284,6 +288,36 @@ ib_ports = ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]
 ib_rate_gbps = 400
 mount_timeout_s = 1.0
 scratch_path = "/tmp"
+"""
+
+
+# slurmd's flag that reports the node rebooted when slurmd starts (its boot time is then the
+# start time: 22.05's get_up_time(), 25.11's SLURMD_BOOT_TIME or now), what makes a slurmd
+# restart look like the reboot slurmctld waits for after `scontrol reboot`.
+SLURMD_BOOT_FLAG = "-b"
+
+
+def reboot_script(layout: ClusterLayout) -> str:
+    """The RebootProgram: reboot one simulated node. slurmd runs it through system() with no
+    node name, so it finds the slurmd above it and takes its `-N`; it reboots that node's
+    simulated hardware (transient faults clear, persistent ones return) and restarts that
+    slurmd, as a power cycle would, once slurmd has handed the request over."""
+    system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    return f"""#!/bin/sh
+export PATH={layout.slurm_path}{layout.bin_dir}:{system}
+export SLURM_CONF={layout.slurm_conf}
+export SLURM_TRIAGE_CONFIG={layout.triage_conf}
+pid=$PPID
+while [ "$pid" -gt 1 ] && [ "$(cat /proc/$pid/comm 2>/dev/null)" != slurmd ]; do
+    pid=$(sed 's/^.*) //' /proc/$pid/stat | cut -d' ' -f2)
+done
+[ "$pid" -gt 1 ] || {{ echo "reboot: no slurmd above process $$" >&2; exit 1; }}
+node=$(tr '\\0' '\\n' </proc/$pid/cmdline | sed -n '/^-N$/{{n;p;}}')
+[ -n "$node" ] || {{ echo "reboot: slurmd $pid has no -N" >&2; exit 1; }}
+logger -t slurm-triage-devcluster "rebooting $node (slurmd $pid)" 2>/dev/null
+{layout.bin_dir}/slurm-triage inject --node "$node" reboot || exit 1
+setsid sh -c "sleep 1; kill $pid; while kill -0 $pid 2>/dev/null; do sleep 0.2; done; \
+exec slurmd {SLURMD_BOOT_FLAG} -f $SLURM_CONF -N $node" </dev/null >/dev/null 2>&1 &
 """
 
 

@@ -70,3 +70,12 @@ def test_pyslurm_backend_needs_a_release_with_a_pyslurm_build(
     assert cluster.default_layout("25.11").backend == "cli"
     with pytest.raises(cluster.DevClusterError, match="unknown backend 'rest'"):
         cluster.default_layout("25.11", "rest")
+
+
+def test_reboot_program_restarts_the_calling_nodes_slurmd_with_a_new_boot_time() -> None:
+    layout = cluster.default_layout("25.11")
+    assert f"RebootProgram={layout.hooks}/reboot" in cf.slurm_conf(layout)
+    script = cf.reboot_script(layout)
+    assert 'inject --node "$node" reboot' in script
+    assert f"exec slurmd {cf.SLURMD_BOOT_FLAG} -f $SLURM_CONF -N $node" in script
+    assert "export PATH=/opt/slurm-25.11/bin:/opt/slurm-25.11/sbin:" in script
