@@ -3,8 +3,10 @@
 `jobs.carry_out` carries a job end's Decision out (requeue, hold, release, cancel, exclusions,
 begin time, drains, AdminComment); `nodes.carry_out_node` a health run's NodeDecision (drain,
 resume) and `nodes.mark_failing` the circuit breaker's node Comment; `commands` a person's
-own `slurm-triage slurm ACTION`. Both carry-outs are dry-run capable: with `policy.act =
-false` they change nothing and say so in what they return, so the dry run is recorded.
+own `slurm-triage slurm ACTION`; `repair` a node's repair (reboot, GPU reset request,
+burn-in reservation and job, RMA, suspect weight and feature: issue 16). Both carry-outs
+and the repairs are dry-run capable: with `policy.act = false` they change nothing and say
+so in what they return, so the dry run is recorded.
 Policies (slurm_triage.policies) decide; nothing else in slurm_triage calls the door's
 mutating methods (tests/unit/test_architecture.py checks it).
 """
