@@ -308,15 +308,19 @@ def reboot(estate: NodeEstate) -> str:
 
 
 def reset_gpu(estate: NodeEstate, gpu: int) -> str:
-    """What a GPU reset does to one GPU's NVML state: a lost or reset-required GPU comes back,
+    """What a GPU reset does to one GPU's NVML state: a reset-required GPU comes back,
     volatile ECC counts clear, a pending row remap is applied; aggregate counts and a remap
-    failure stay. A persistent fault on that GPU is back at once."""
+    failure stay, and a GPU that fell off the bus cannot be reset. A persistent fault on that
+    GPU is back at once."""
     state = estate.load()
     if not state["driver"].get("loaded", True):
         raise InjectError("no GPU reset without the NVIDIA driver loaded")
     g = state["gpus"][gpu]
+    if g["lost"]:
+        # As on real GPUs: one that fell off the bus (XID 79) does not answer a reset.
+        raise InjectError(f"GPU{gpu} {g['bus_id']} is lost: a reset cannot reach it (reboot)")
     fresh = _gpu_state(gpu, estate._board())
-    for key in ("lost", "reset_required", "ecc_volatile_uncorrected", "recovery_action"):
+    for key in ("reset_required", "ecc_volatile_uncorrected", "recovery_action"):
         g[key] = fresh[key]
     g["nvlink"] = fresh["nvlink"]
     if g["remap"][2]:

@@ -39,10 +39,13 @@ def test_reboot_clears_a_transient_xid_79(setup) -> None:  # type: ignore[no-unt
 def test_persistent_fault_returns_after_reboot_and_gpu_reset(setup) -> None:  # type: ignore[no-untyped-def]
     config, estate = setup
     inject(estate, "xid", 79, gpu=3, persistent=True)
-    assert "1 persistent fault(s) back" in inject(estate, "reboot")
+    inject(estate, "xid", 119, gpu=4, persistent=True)
+    assert "2 persistent fault(s) back" in inject(estate, "reboot")
     assert {"gpu.xid", "gpu.lost"} <= failed(config)
-    assert "persistent fault(s) back" in inject(estate, "gpu_reset", gpu=3)
-    assert estate.load()["gpus"][3]["lost"] is True
+    assert "1 persistent fault(s) back" in inject(estate, "gpu_reset", gpu=4)
+    assert estate.load()["gpus"][4]["reset_required"] is True
+    with pytest.raises(InjectError, match="lost: a reset cannot reach it"):
+        inject(estate, "gpu_reset", gpu=3)  # fell off the bus: only a reboot
     inject(estate, "clear")
     inject(estate, "reboot")
     assert failed(config) == set()
@@ -53,12 +56,12 @@ def test_gpu_reset_clears_one_gpu_and_keeps_lasting_damage(setup) -> None:  # ty
     inject(estate, "xid", 119, gpu=2)  # GSP timeout: the GPU needs a reset
     inject(estate, "remap_pending", gpu=2)
     inject(estate, "ecc", 2, gpu=2)
-    inject(estate, "gpu_lost", gpu=5)
+    inject(estate, "xid", 119, gpu=5)
     inject(estate, "gpu_reset", gpu=2)
     g2, g5 = estate.load()["gpus"][2], estate.load()["gpus"][5]
     assert g2["reset_required"] is False and g2["remap"][2] == 0
     assert g2["ecc_volatile_uncorrected"] == 0 and g2["ecc_aggregate_uncorrected"] == 2
-    assert g5["lost"] is True  # another GPU: untouched
+    assert g5["reset_required"] is True  # another GPU: untouched
 
 
 def test_repairs_cannot_be_persistent_and_gpu_must_exist(setup) -> None:  # type: ignore[no-untyped-def]
