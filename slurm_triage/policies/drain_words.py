@@ -11,7 +11,12 @@ words (docs/repair.md):
     triage: repairing gpu_reset gpu=<i,..|all> <subject>   its health check resets GPUs
     triage: burn-in pending <subject>          repaired; reconcile starts the burn-in
     triage: burn-in failed job=<id> <subject>  burn-in failed; repaired again, or RMA
-    triage: rma <why>                          out for a person; never resumed by us
+    triage: rma <subject> <why>                out for a person; never resumed by us
+
+slurmctld appends its own notes to a reboot's reason (`set_node_reason` in node_mgr.c,
+22.05's `set_node_reboot_reason`): ` : reboot issued`, ` : reboot complete` (the node is back,
+DOWN because we asked nextstate=DOWN), ` : reboot timed out` (ResumeTimeout passed); the last
+one present is the reboot's `stage`.
 
 A reason's text after our words can hold bytes derived from a job's output or a node's
 state, so nothing here evaluates it: the kind comes from the first words only, a cause must be
@@ -30,6 +35,8 @@ from slurm_triage.policies.reasons import DRAIN_PREFIX
 from slurm_triage.taxonomy import Cause
 
 _CAUSES = frozenset(c.value for c in Cause)
+LEMON_SUBJECT = "lemon"  # a repair of a node drained as a lemon names no single cause
+REBOOT_STAGES = ("reboot issued", "reboot complete", "reboot timed out")
 _CHECK_NAME = re.compile(r"^[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+$")
 _JOB_WORD = re.compile(r"^job=(\d{1,12}):?$")
 _GPUS_WORD = re.compile(r"^gpu=(all|\d{1,3}(?:,\d{1,3}){0,63})$")
@@ -61,6 +68,9 @@ class DrainWords:
     subject: str = ""
     job_id: int | None = None
     gpus: tuple[int, ...] = ()
+    stage: str = ""  # a reboot's last slurmctld note (REBOOT_STAGES), "" before any
+    xid: int | None = None  # gpu.xid's XID, from our own `XID <n> ...` words
+    asks_rma: bool = False  # gpu.row_remap's "(RMA)": a failed remap needs the part replaced
 
     @property
     def keeps_node_out(self) -> bool:
@@ -86,8 +96,9 @@ _KEPT_OUT = frozenset(
 
 
 def _subject(word: str) -> str:
-    """A cause id or a check name, else "" (never the raw word)."""
-    return word if word in _CAUSES or _CHECK_NAME.match(word) else ""
+    """A cause id, a check name or `lemon`, else "" (never the raw word)."""
+    ok = word in _CAUSES or word == LEMON_SUBJECT or _CHECK_NAME.match(word)
+    return word if ok else ""
 
 
 def read_reason(reason: str) -> DrainWords:
@@ -109,13 +120,32 @@ def read_reason(reason: str) -> DrainWords:
     if head in _CAUSES and rest and (job := _JOB_WORD.match(rest[0])):
         return DrainWords(DrainKind.JOB, head, int(job.group(1)))
     if _CHECK_NAME.match(head):
-        return DrainWords(DrainKind.CHECK, head)
+        return _check(head, rest)
     return DrainWords(DrainKind.UNKNOWN)
+
+
+def _check(name: str, words: Sequence[str]) -> DrainWords:
+    """A health check's drain; gpu.xid's reason starts `XID <n> GPU ...`, gpu.row_remap's
+    failure ends `(RMA)` (health_checks.kernel_log, health_checks.gpu)."""
+    xid = None
+    if name == "gpu.xid" and len(words) > 1 and words[0] == "XID" and words[1].isdigit():
+        xid = int(words[1][:6])
+    asks_rma = name == "gpu.row_remap" and tuple(words[-1:]) == ("(RMA)",)
+    return DrainWords(DrainKind.CHECK, name, xid=xid, asks_rma=asks_rma)
+
+
+def _stage(words: Sequence[str]) -> str:
+    """The last of slurmctld's reboot notes (` : reboot complete`) in the reason."""
+    text = " ".join(words)
+    found = [(text.rfind(f": {s}"), s) for s in REBOOT_STAGES]
+    place, stage = max(found)
+    return stage if place >= 0 else ""
 
 
 def _repairing(words: Sequence[str]) -> DrainWords:
     if words[0] == "reboot":
-        return DrainWords(DrainKind.REPAIRING_REBOOT, _subject(words[1]) if len(words) > 1 else "")
+        subject = _subject(words[1]) if len(words) > 1 else ""
+        return DrainWords(DrainKind.REPAIRING_REBOOT, subject, stage=_stage(words[2:]))
     if words[0] == "gpu_reset" and len(words) > 1 and (gpus := _GPUS_WORD.match(words[1])):
         chosen = () if gpus.group(1) == "all" else tuple(int(g) for g in gpus.group(1).split(","))
         subject = _subject(words[2]) if len(words) > 2 else ""
