@@ -27,6 +27,7 @@ from typing import Any
 
 from slurm_triage.policies.reasons import DRAIN_PREFIX
 from slurm_triage.slurm import arguments
+from slurm_triage.slurm.cli_backend import accounting_argv
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
     InvalidJobState,
@@ -146,6 +147,9 @@ class FakeDoor(SlurmDoor):
     ) -> None:
         self.jobs: dict[int, JobInfo] = {j.job_id: j for j in jobs}
         self.events: list[NodeEvent] = list(events)
+        # Accounting's job records as sacct prints them (field name -> text), for
+        # accounting_text; times in sacct's ISO form, End "Unknown" while running.
+        self.sacct_records: list[Mapping[str, str]] = []
         self.accounting: dict[int, JobInfo] = {}
         self.node_table: dict[str, NodeInfo] = {n.name: n for n in nodes}
         # Drained by someone else until resumed, whatever reason we may have written over it.
@@ -355,6 +359,19 @@ class FakeDoor(SlurmDoor):
         # The same selection slurmdbd makes, whatever the order of since and until.
         found = sorted(iter_overlapping(tuple(self.events), since, until), key=_event_order)
         return NodeEventLog(tuple(found))
+
+    def accounting_text(
+        self, since: datetime, until: datetime | None, fields: Sequence[str]
+    ) -> str:
+        self._enter("accounting_text", since, until, tuple(fields))
+        accounting_argv(since, until, fields)  # the command line's refusal of odd fields
+        end_of_window = until or self.clock()
+        lines = [
+            "|".join(record.get(f, "") for f in fields) + "\n"
+            for record in self.sacct_records
+            if _overlaps(record, since, end_of_window)
+        ]
+        return "".join(lines)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._enter("requeue", job_id, hold=hold)
@@ -678,6 +695,20 @@ def _accounted(job: JobInfo) -> JobInfo:
         state_reason="",
         source="sacct",
     )
+
+
+def _sacct_time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None  # Unknown, None, "": not (yet) known
+
+
+def _overlaps(record: Mapping[str, str], since: datetime, until: datetime) -> bool:
+    """sacct -S/-E without a state: the records whose run (or wait) overlaps the window."""
+    began = _sacct_time(record.get("Start", "")) or _sacct_time(record.get("Submit", ""))
+    ended = _sacct_time(record.get("End", ""))
+    return (began is None or began <= until) and (ended is None or ended >= since)
 
 
 def _event_order(event: NodeEvent) -> tuple[datetime, str]:

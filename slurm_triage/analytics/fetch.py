@@ -1,5 +1,5 @@
-"""Fetch the report's inputs: accounting from Slurm (`report --since`: sacct through the
-door's Runner, node events through the door), and attributions from our journal.
+"""Fetch the report's inputs: accounting and node events from Slurm through the door
+(`report --since`), and attributions from our journal.
 
 The Slurm calls are bounded like every Slurm call (own process group, killed at the
 deadline), but with a generous deadline, since a year of accounting takes slurmdbd a while
@@ -10,8 +10,6 @@ the deciders).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -23,40 +21,18 @@ from slurm_triage.analytics.sacct_layout import SACCT_FIELDS, IngestError
 from slurm_triage.config import SlurmConfig
 from slurm_triage.journal.reader import JournalReader
 from slurm_triage.journal.store import JournalError
-from slurm_triage.slurm.runner import Runner
 from slurm_triage.taxonomy import Cause, Domain, info
 
 SACCT_TIMEOUT_MIN_S = 300.0
-SACCT_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
-
-
-def sacct_argv(since: datetime, until: datetime | None) -> list[str]:
-    """The sacct command whose output `ingest` reads: every user, each requeue its own row
-    (-D), allocations only (-X), parsable with `|`, no header."""
-    argv = ["sacct", "-a", "-D", "-X", "-n", "-P", "--delimiter=|"]
-    argv += ["-S", since.strftime(SACCT_TIME_FORMAT)]
-    argv += ["-E", until.strftime(SACCT_TIME_FORMAT) if until else "now"]
-    return [*argv, "-o", ",".join(SACCT_FIELDS)]
-
-
-def _resolver(bin_dir: str):  # type: ignore[no-untyped-def]
-    def resolve(name: str) -> str:
-        if bin_dir:
-            return os.path.join(bin_dir, name)
-        return shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/sbin") or name
-
-    return resolve
 
 
 def fetch_sacct(config: SlurmConfig, since: datetime, until: datetime | None) -> str:
-    """sacct's output; SlurmError (exit 3) when sacct is missing, fails or times out."""
-    runner = Runner(
-        timeout_s=max(config.timeout_s, SACCT_TIMEOUT_MIN_S),
-        attempts=config.attempts,
-        retry_wait_s=config.retry_wait_s,
-        resolve=_resolver(config.bin_dir),
-    )
-    return runner.run(sacct_argv(since, until)).stdout
+    """Accounting of the period in the columns `ingest` reads (SACCT_FIELDS), through the
+    Slurm door; SlurmError (exit 3) when sacct is missing, fails or times out."""
+    from slurm_triage.slurm import open_door
+
+    door = open_door(config, timeout_s=max(config.timeout_s, SACCT_TIMEOUT_MIN_S))
+    return door.accounting_text(since, until, SACCT_FIELDS)
 
 
 def fetch_node_events(config: SlurmConfig, since: datetime, until: datetime | None) -> NodeEvents:

@@ -77,6 +77,11 @@ class SimDoor(SlurmDoor):
     def node_events(self, since: datetime, until: datetime | None = None) -> NodeEventLog:
         raise SlurmCommandError("a simulated Slurm keeps no accounting of node events")
 
+    def accounting_text(
+        self, since: datetime, until: datetime | None, fields: Sequence[str]
+    ) -> str:
+        raise SlurmCommandError("a simulated Slurm keeps no accounting of jobs")
+
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self.calls["requeue"] += 1
         self.slurm.requeue(job_id, hold)

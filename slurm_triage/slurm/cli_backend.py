@@ -41,6 +41,8 @@ SCONTROL_JSON_SINCE = (23, 2)
 # Jobs as JSON from data_parser v0.0.41 (24.05), the first to print the expanded output
 # paths (`stdout_expanded`); before, the text form is parsed.
 SCONTROL_JOB_JSON_SINCE = (24, 5)
+# sacct -S/-E take local time in this form on every release.
+SACCT_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
 
 def _resolver(bin_dir: str, env: dict[str, str] | None):  # type: ignore[no-untyped-def]
@@ -53,6 +55,17 @@ def _resolver(bin_dir: str, env: dict[str, str] | None):  # type: ignore[no-unty
         return found or name
 
     return resolve
+
+
+def accounting_argv(since: datetime, until: datetime | None, fields: Sequence[str]) -> list[str]:
+    """The sacct command of `accounting_text`: every user (-a), each requeue its own row
+    (-D), allocations only (-X), parsable with `|`, no header."""
+    if not fields or not all(re.fullmatch(r"[A-Za-z]+", f) for f in fields):
+        raise SlurmCommandError(f"sacct: field names must be plain words, got {list(fields)!r}")
+    argv = ["sacct", "-a", "-D", "-X", "-n", "-P", "--delimiter=|"]
+    argv += ["-S", since.strftime(SACCT_TIME_FORMAT)]
+    argv += ["-E", until.strftime(SACCT_TIME_FORMAT) if until else "now"]
+    return [*argv, "-o", ",".join(fields)]
 
 
 class CliDoor(SlurmDoor):
@@ -129,6 +142,11 @@ class CliDoor(SlurmDoor):
                 f"got {header[:80]!r}"
             )
         return events.parse_sacctmgr_events(text)
+
+    def accounting_text(
+        self, since: datetime, until: datetime | None, fields: Sequence[str]
+    ) -> str:
+        return self._runner.run(accounting_argv(since, until, fields)).stdout
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._runner.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])

@@ -42,6 +42,16 @@ class SlurmDoor(abc.ABC):
         reliability report joins them with requeued attempts."""
 
     @abc.abstractmethod
+    def accounting_text(
+        self, since: datetime, until: datetime | None, fields: Sequence[str]
+    ) -> str:
+        """Slurm accounting's job allocations between since and until (None: now), every
+        user's, each requeued run its own record, as sacct's parsable text: one record a
+        line, `fields` in order joined by `|`, no header. The reliability report and the
+        replay parse it themselves (analytics.ingest: millions of rows, free text that may
+        hold `|`); a field name that is not a plain word is refused."""
+
+    @abc.abstractmethod
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         """Requeue a running or just-ended batch job; held jobs wait for `scontrol release`."""
 

@@ -22,6 +22,8 @@ partition's. What pyslurm 25.11 cannot do goes through the command-line door it 
   of several nodes that went down in the same second (a switch taking a rack with it)
   overwrite one another, and it filters neither event type nor cluster; they are read
   with `sacctmgr show event`.
+- accounting for the report (`accounting_text`): `db.Jobs.load()` builds a Python object per
+  job, while the report reads sacct's parsable text as it streams (millions of rows): sacct.
 - reboots: pyslurm 25.11 has no reboot call (`scontrol reboot`);
 - creating a reservation and submitting the burn-in job: `Reservation.create()` judges its
   success by `slurm_errno()` (left over from any earlier call in the process), not by what
@@ -189,6 +191,12 @@ class PyslurmDoor(SlurmDoor):
     def node_events(self, since: datetime, until: datetime | None = None) -> NodeEventLog:
         # pyslurm's slurmdb_events keys events by start time and loses simultaneous ones.
         return self._cli.node_events(since, until)
+
+    def accounting_text(
+        self, since: datetime, until: datetime | None, fields: Sequence[str]
+    ) -> str:
+        # pyslurm's db.Jobs gives job objects, not the text the report parses.
+        return self._cli.accounting_text(since, until, fields)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._call("requeue", lambda: self._ps.Job(job_id).requeue(hold=hold))

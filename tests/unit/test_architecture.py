@@ -308,9 +308,8 @@ def _leaf(dotted: str) -> bool:
 # -- only slurm/ runs Slurm's commands -------------------------------------------------------
 
 SLURM_COMMANDS = {"scontrol", "sacct", "sacctmgr", "sinfo", "squeue", "scancel", "sbatch", "srun"}
-# devcluster runs a local cluster; analytics.fetch builds its own sacct argv through the
-# door's Runner (issue 15 item 5: to go through the door).
-MAY_RUN_SLURM = ("slurm_triage.slurm", "slurm_triage.devcluster", "slurm_triage.analytics.fetch")
+# devcluster runs a local cluster.
+MAY_RUN_SLURM = ("slurm_triage.slurm", "slurm_triage.devcluster")
 
 
 def slurm_commands(tree: ast.AST) -> list[str]:
