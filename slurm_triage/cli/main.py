@@ -17,20 +17,78 @@ from slurm_triage.config import Config, LoggingConfig, load_config
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import setup_logging
 
-# Order here is the order in `--help`.
-COMMAND_MODULES = (
-    "slurm_triage.cli.config_cmd",
-    "slurm_triage.cli.classify_cmd",
-    "slurm_triage.cli.slurm_cmd",
-    "slurm_triage.cli.health_cmd",
-    "slurm_triage.cli.journal_cmd",
-    "slurm_triage.cli.metrics_cmd",
-    "slurm_triage.cli.wrap_cmd",
-    "slurm_triage.cli.devcluster_cmd",
-    "slurm_triage.cli.analytics_cmd",
-    "slurm_triage.cli.replay_cmd",
-    "slurm_triage.cli.twin_cmd",
-)
+# Every command: its name, the module whose `register(subparsers)` adds it, and its one-line
+# help for `slurm-triage --help` (the same text the module gives add_parser(help=...); a test
+# compares them). Order here is the order in `--help`. `main` imports only the module of the
+# command asked for, so `slurm-triage wrap` on every rank does not import the analytics, the
+# twin or the dev cluster. To add a command: write `slurm_triage/cli/<name>_cmd.py` with
+# `register(sub)` calling `sub.add_parser(name, help=...)`, and add a row here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "config": (
+        "slurm_triage.cli.config_cmd",
+        "show the effective configuration or check a config file",
+    ),
+    "classify": (
+        "slurm_triage.cli.classify_cmd",
+        "say why a job ended: cause, blamed nodes, confidence and what to do",
+    ),
+    "slurm": (
+        "slurm_triage.cli.slurm_cmd",
+        "read jobs and nodes, requeue, exclude, drain and resume through Slurm",
+    ),
+    "check": (
+        "slurm_triage.cli.health_cmd",
+        "run node health checks; drain on failure, resume nodes we drained",
+    ),
+    "inject": (
+        "slurm_triage.cli.health_cmd",
+        "inject a fault into the simulated GPU estate (demos, tests)",
+    ),
+    "history": (
+        "slurm_triage.cli.journal_cmd",
+        "show the decisions taken on job ends (the journal)",
+    ),
+    "lemons": (
+        "slurm_triage.cli.journal_cmd",
+        "list nodes whose history makes them lemon candidates, and why",
+    ),
+    "metrics": (
+        "slurm_triage.cli.metrics_cmd",
+        "print this host's metrics (OpenMetrics text), or serve them over HTTP",
+    ),
+    "wrap": (
+        "slurm_triage.cli.wrap_cmd",
+        "run a job step's command and exit exactly as it did (srun ... wrap -- CMD)",
+    ),
+    "devcluster": (
+        "slurm_triage.cli.devcluster_cmd",
+        "run a real 3-node Slurm cluster on this host (tests, demos)",
+    ),
+    "mttf": (
+        "slurm_triage.cli.analytics_cmd",
+        "expected mean time to failure of a job of N GPUs",
+    ),
+    "ettr": (
+        "slurm_triage.cli.analytics_cmd",
+        "expected ETTR of a job run, optimal checkpoint interval, Monte Carlo check",
+    ),
+    "report": (
+        "slurm_triage.cli.analytics_cmd",
+        "reliability report (HTML + PNG) from Slurm accounting and node events",
+    ),
+    "synth": (
+        "slurm_triage.cli.analytics_cmd",
+        "write synthetic sacct accounting (and node events) with the paper's job mix",
+    ),
+    "replay": (
+        "slurm_triage.cli.replay_cmd",
+        "re-run a site's history through other policy settings",
+    ),
+    "twin": (
+        "slurm_triage.cli.twin_cmd",
+        "simulate a 2k-16k node GPU cluster under policy sets none, native, triage",
+    ),
+}
 
 DESCRIPTION = """\
 slurm-triage screens GPU nodes before jobs land on them, tells why every job ended,
@@ -64,7 +122,10 @@ class Context:
         return self._config
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser. Without `command`, every command's module is imported (tests walk the
+    whole tree); with one, only that command's module, and every other command is a stub
+    that only lists it in `--help` ("" or an unknown word: stubs only)."""
     parser = argparse.ArgumentParser(
         prog="slurm-triage",
         description=DESCRIPTION,
@@ -80,14 +141,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     sub.required = True
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(sub)
+    registered: set[str] = set()
+    for name, (module_name, help_text) in COMMANDS.items():
+        if name in sub.choices:
+            continue  # registered with another command of its module
+        if command is None or COMMANDS.get(command, ("",))[0] == module_name:
+            if module_name not in registered:
+                importlib.import_module(module_name).register(sub)
+                registered.add(module_name)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+def command_asked(argv: Sequence[str]) -> str | None:
+    """The command named in `argv`: the first word that is not an option or --config's
+    value (maybe not a command at all: argparse then says so)."""
+    after_config = False
+    for arg in argv:
+        if after_config:
+            after_config = False
+        elif arg.startswith("-"):
+            # --config FILE, also abbreviated (argparse accepts --conf FILE)
+            after_config = len(arg) > 2 and "--config".startswith(arg)
+        else:
+            return arg
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(LoggingConfig(level="warning"))
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_asked(argv) or "")
     args = parser.parse_args(argv)
     context = Context(args.config)
     try:

@@ -1,0 +1,59 @@
+"""`slurm-triage` imports only the module of the command asked for (issue 20)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from slurm_triage.cli.main import COMMANDS, build_parser, command_asked
+
+
+def test_lazy_top_level_help_is_the_eager_one() -> None:
+    """The stubs' one-line help in COMMANDS is what each module gives add_parser: the
+    top-level --help built without importing the modules is the one built with them."""
+    assert build_parser("").format_help() == build_parser().format_help()
+
+
+def test_every_command_is_registered_by_its_module() -> None:
+    """Each command of the table is added by the module the table names, and no module adds
+    a command the table lacks."""
+    eager = build_parser()
+    (sub,) = [a for a in eager._actions if isinstance(getattr(a, "choices", None), dict)]
+    assert list(sub.choices) == list(COMMANDS)
+    for name in COMMANDS:
+        lazy = build_parser(name)
+        (lazy_sub,) = [a for a in lazy._actions if isinstance(getattr(a, "choices", None), dict)]
+        assert lazy_sub.choices[name].format_help() == sub.choices[name].format_help()
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["wrap", "--", "true"], "wrap"),
+        (["--config", "wrap", "classify"], "classify"),
+        (["--conf", "x.toml", "mttf"], "mttf"),
+        (["--config=x.toml", "twin", "--nodes", "2"], "twin"),
+        (["--help"], None),
+        (["nonsense"], "nonsense"),
+    ],
+)
+def test_command_asked_skips_options_and_the_config_value(
+    argv: list[str], command: str | None
+) -> None:
+    """The command is the first word that is neither an option nor --config's value."""
+    assert command_asked(argv) == command
+
+
+def test_wrap_imports_no_other_commands_module() -> None:
+    """Parsing `wrap -- true` imports wrap's module and none of the others'."""
+    code = (
+        "import sys\n"
+        "from slurm_triage.cli.main import build_parser, command_asked\n"
+        "argv = ['wrap', '--', 'true']\n"
+        "build_parser(command_asked(argv)).parse_args(argv)\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('slurm_triage.cli.'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["slurm_triage.cli.main", "slurm_triage.cli.wrap_cmd"]
