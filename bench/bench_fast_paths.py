@@ -1,0 +1,300 @@
+"""Fast paths (issue 20): what every job start, every rank and every job end pays, as ratios
+to `python -c pass` (or `cat`) measured side by side in this one run (the machine is noisy).
+
+1. Prolog cold start: `slurm-triage-prolog` on the simulated 8-GPU, 4-HCA, 3-mount node of
+   bench_prolog (fake pynvml at the NVML boundary; a node that passes calls no Slurm),
+   median wall of RUNS, interleaved with `python -c pass`. Goal <= 3x.
+2. Wrapper: `slurm-triage wrap -- true` next to `python -c pass` (goal <= 3x); a Python
+   child writing PUMP_MB MB of log lines through the wrapper next to the same child piped
+   through `cat`, both into a file on local disk (goal <= 1.3x); the wrapper's peak RSS
+   (its `wrapper_usage` log line, getrusage; goal <= 40 MB).
+3. Decision: the CPU time (user + sys, interpreter start included) of a cold process that
+   runs EpilogSlurmctld's decide() for a failed job (XID 79 in root's record) against a
+   FakeDoor and a fresh journal: goal <= 100 ms. For a completed job, the door's calls must
+   hold no cluster-wide node query (nodes() with no names). Needs root (root records).
+4. `slurm-triage classify` on a 1 MiB job log: its wall time minus the in-process scan and
+   attribution of the same log, next to `python -c pass`: goal <= 2x.
+
+`python -m bench fast_paths`; BENCH_FAST_RUNS (default 15) and BENCH_FAST_PUMP_MB (500).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.bench_prolog import _config as prolog_config
+
+RUNS = int(os.environ.get("BENCH_FAST_RUNS", "15"))
+PUMP_MB = int(os.environ.get("BENCH_FAST_PUMP_MB", "500"))
+PUMP_RUNS = 3
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "corpus"
+BIN = Path(sys.executable).parent
+PASS = [sys.executable, "-c", "pass"]
+
+WRITER = r"""
+import sys
+total = int(sys.argv[1]); written = 0; step = 0
+while written < total:
+    line = f"2024-12-18 09:02:19,870 - train - INFO - step {step} | loss 2.8770 | lr 3e-4 | tok/s"
+    print(line)
+    written += len(line) + 1; step += 1
+"""
+
+# The decision's process: everything EpilogSlurmctld imports and does, with a FakeDoor in
+# place of slurmctld (open_door is the only difference).
+DECIDER = r"""
+import json, sys, time
+from slurm_triage.config import load_config
+from slurm_triage.logs import setup_logging
+from slurm_triage.journal import Journal
+from slurm_triage.prolog_epilog.decide import decide
+from slurm_triage.prolog_epilog.job_end import JobEnd
+from slurm_triage.slurm import JobState
+from slurm_triage.testing import FakeDoor, job_info, node_infos
+import dataclasses
+config = load_config()
+setup_logging(config.logging, program="slurm-triage-epilog-slurmctld")
+state, exit_code, job_id = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+nodes = ("node1", "node2")
+door = FakeDoor([job_info(job_id, nodes=nodes)], node_infos(64))
+job = door.jobs[job_id]
+door.jobs[job_id] = dataclasses.replace(job, state=JobState.RUNNING, start_time=time.time() - 60)
+door.end_job(job_id, state, exit_code=exit_code)
+end = JobEnd(job_id=job_id, restart=0, nodes=nodes, uid=0, exit_code=exit_code,
+             exit_signal=0, ended_at=time.time())
+outcome = decide(config, end, door, Journal(config.decision.journal), {})
+calls = [(c.method, list(c.args)) for c in door.calls]
+print(json.dumps({"cause": str(outcome.attribution.cause) if outcome.attribution else None,
+                  "calls": calls}))
+"""
+
+
+def _wall(argv: list[str], env: dict[str, str], **kwargs: object) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, **kwargs)  # type: ignore[call-overload]
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[:3]} failed: {done.stderr.decode()[-400:]}")
+    return took
+
+
+def _side_by_side(
+    runs: int, first: Callable[[], float], second: Callable[[], float]
+) -> tuple[float, float]:
+    """Medians of `runs` interleaved timings of two commands."""
+    a, b = [], []
+    for _ in range(runs):
+        a.append(first())
+        b.append(second())
+    return statistics.median(a), statistics.median(b)
+
+
+def _verdict(value: float, goal: float) -> str:
+    return "meets" if value <= goal else "MISSES"
+
+
+def bench_prolog(root: Path) -> float:
+    env = dict(
+        os.environ,
+        SLURM_TRIAGE_CONFIG=str(prolog_config(root)),
+        SLURMD_NODENAME="bench1",
+        SLURM_JOB_ID="1",
+    )
+    prolog = [str(BIN / "slurm-triage-prolog")]
+    floor, wall = _side_by_side(RUNS, lambda: _wall(PASS, env), lambda: _wall(prolog, env))
+    assert "health_run_done" in (root / "triage.log").read_text(), "the prolog did not run"
+    ratio = wall / floor
+    print(
+        f"prolog cold start: {wall * 1000:.0f} ms | python -c pass {floor * 1000:.0f} ms"
+        f" | ratio {ratio:.2f}x (goal <= 3x: {_verdict(ratio, 3)})",
+        flush=True,
+    )
+    return ratio
+
+
+def _wrapper_env(root: Path) -> dict[str, str]:
+    (root / "evidence").mkdir(exist_ok=True)
+    config = root / "wrap.toml"
+    config.write_text(
+        f'[logging]\ndestination = "file"\nfile = "{root}/wrapper.log"\n'
+        f'level = "debug"\nformat = "json"\n[paths]\nevidence_dir = "{root}/evidence"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "PYTHONUNBUF"))}
+    env["SLURM_TRIAGE_CONFIG"] = str(config)
+    return env
+
+
+def _last_usage(log: Path) -> dict[str, float]:
+    for line in reversed(log.read_text().splitlines()):
+        event = json.loads(line)
+        if event.get("event") == "wrapper_usage":
+            return event
+    raise SystemExit("no wrapper_usage line in the wrapper's log")
+
+
+def bench_wrapper(root: Path) -> tuple[float, float, float]:
+    env = _wrapper_env(root)
+    wrap_true = [str(BIN / "slurm-triage"), "wrap", "--", "true"]
+    floor, wall = _side_by_side(RUNS, lambda: _wall(PASS, env), lambda: _wall(wrap_true, env))
+    start_ratio = wall / floor
+    print(
+        f"wrapper start (wrap -- true): {wall * 1000:.0f} ms | python -c pass "
+        f"{floor * 1000:.0f} ms | ratio {start_ratio:.2f}x (goal <= 3x: "
+        f"{_verdict(start_ratio, 3)})",
+        flush=True,
+    )
+    out = Path("/var/tmp") / f"bench-fast-paths-{os.getpid()}.out"
+    child = f"{sys.executable} -c '{WRITER}' {PUMP_MB << 20}"
+    wrapped = f"{BIN / 'slurm-triage'} wrap -- {child} > {out}"
+    piped = f"{child} | cat > {out}"
+    rss = []
+
+    def run_wrapped() -> float:
+        took = _wall(["sh", "-c", wrapped], env)
+        rss.append(_last_usage(root / "wrapper.log")["wrapper_max_rss_bytes"] / 2**20)
+        return took
+
+    try:
+        cat_s, wrap_s = _side_by_side(
+            PUMP_RUNS, lambda: _wall(["sh", "-c", piped], env), run_wrapped
+        )
+    finally:
+        out.unlink(missing_ok=True)
+    pump_ratio, peak = wrap_s / cat_s, max(rss)
+    print(
+        f"output pump, {PUMP_MB} MB of log lines: through the wrapper {wrap_s:.2f} s | "
+        f"through cat {cat_s:.2f} s | ratio {pump_ratio:.2f}x (goal <= 1.3x: "
+        f"{_verdict(pump_ratio, 1.3)}); wrapper peak RSS {peak:.1f} MB (goal <= 40 MB: "
+        f"{_verdict(peak, 40)})",
+        flush=True,
+    )
+    return start_ratio, pump_ratio, peak
+
+
+def _child_cpu(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"decision failed: {done.stderr[-600:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, done.stdout
+
+
+def bench_decision(root: Path) -> float | None:
+    if os.geteuid() != 0:
+        print("decision: skipped (root records need root)")
+        return None
+    from slurm_triage.evidence import (
+        EvidenceRecord,
+        KernelEvent,
+        KernelEventKind,
+        Source,
+        record_to_json,
+        store,
+    )
+
+    evidence = root / "decision-evidence"
+    evidence.mkdir()
+    os.chmod(evidence, 0o1777)
+    config = root / "decide.toml"
+    config.write_text(
+        f'[logging]\ndestination = "file"\nfile = "{root}/decide.log"\nformat = "json"\n'
+        f'[paths]\nevidence_dir = "{evidence}"\nstate_dir = "{root}/decide-state"\n'
+        f'[decision]\njournal = "{root}/journal.sqlite"\nwait_for_nodes_s = 0\n'
+        f'[slurm]\nbin_dir = "{root}/no-slurm-here"\n'
+    )
+    env = dict(os.environ, SLURM_TRIAGE_CONFIG=str(config))
+    cpus, floors = [], []
+    for run in range(RUNS):
+        job = 100 + run
+        xid = KernelEvent(
+            node="node2",
+            time=time.time() - 5,
+            source=Source.ROOT,
+            event=KernelEventKind.XID,
+            xid=79,
+            detail="GPU has fallen off the bus",
+        )
+        record = EvidenceRecord(str(job), "node2", "epilog", Source.ROOT, (xid,))
+        store.write_root_record(str(evidence), job, "node2", record_to_json(record))
+        floors.append(_child_cpu(PASS, env)[0])
+        cpu, out = _child_cpu([sys.executable, "-c", DECIDER, "FAILED", "1", str(job)], env)
+        cpus.append(cpu)
+    cause = json.loads(out)["cause"]
+    _, out = _child_cpu([sys.executable, "-c", DECIDER, "COMPLETED", "0", "99"], env)
+    wide = [c for c in json.loads(out)["calls"] if c[0] == "nodes" and not any(c[1])]
+    cpu = statistics.median(cpus)
+    print(
+        f"decision of a failed job ({cause}): {cpu * 1000:.0f} ms CPU, interpreter start "
+        f"included (python -c pass: {statistics.median(floors) * 1000:.0f} ms) (goal <= "
+        f"100 ms: {_verdict(cpu, 0.1)}); a completed job's cluster-wide node queries: "
+        f"{len(wide)} (goal 0: {_verdict(len(wide), 0)})",
+        flush=True,
+    )
+    return cpu
+
+
+def bench_classify(root: Path) -> float:
+    from slurm_triage.attribution import attribute
+    from slurm_triage.attribution.inputs import collect
+
+    sample = next(CORPUS.glob("*-cuda-oom-new-format/node201.out")).read_bytes()
+    log = root / "job.out"
+    log.write_bytes(sample * ((1 << 20) // len(sample) + 1))
+
+    def scan() -> float:
+        started = time.perf_counter()
+        attribute(collect(state="FAILED", exit_code=1, logs=[("node201", log)]))
+        return time.perf_counter() - started
+
+    cli = [
+        str(BIN / "slurm-triage"),
+        "classify",
+        "--state",
+        "FAILED",
+        "--exit-code",
+        "1",
+        "--log",
+        f"node201={log}",
+        "--json",
+    ]
+    env = dict(os.environ)
+    scan()  # the first one pays for the imports, which the CLI's own wall time includes
+    scan_s = statistics.median(scan() for _ in range(RUNS))
+    floor, wall = _side_by_side(RUNS, lambda: _wall(PASS, env), lambda: _wall(cli, env))
+    ratio = (wall - scan_s) / floor
+    print(
+        f"classify CLI on a 1 MiB log: {wall * 1000:.0f} ms, of which the scan "
+        f"{scan_s * 1000:.0f} ms | python -c pass {floor * 1000:.0f} ms | (CLI - scan) / "
+        f"pass {ratio:.2f}x (goal <= 2x: {_verdict(ratio, 2)})",
+        flush=True,
+    )
+    return ratio
+
+
+def main() -> None:
+    # As `pip install` leaves it: bytecode compiled (PYTHONDONTWRITEBYTECODE would otherwise
+    # make every cold start compile what changed since the last write).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "slurm_triage")])
+    with tempfile.TemporaryDirectory(prefix="bench-fast-", dir="/var/tmp") as tmp:
+        root = Path(tmp)
+        (root / "prolog").mkdir()
+        bench_prolog(root / "prolog")
+        bench_wrapper(root)
+        bench_decision(root)
+        bench_classify(root)
+
+
+if __name__ == "__main__":
+    main()
