@@ -1,5 +1,5 @@
 """The failure taxonomy as data: causes, domains, actions (the contract in shared/TAXONOMY.md),
-and the prefix that marks the drain reasons we write in Slurm.
+what a node needs (NodeAction), and the prefix that marks the drain reasons we write in Slurm.
 
 Every attribution names one `Cause`; the cause fixes the `Domain` and the default `Action`.
 The ids are stable strings used in JSON, the journal, AdminComment and user policies: add an
@@ -40,6 +40,39 @@ class Action(StrEnum):
     REQUEUE = "requeue"
     REQUEUE_EXCLUDE = "requeue_exclude"
     HOLD = "hold"
+
+
+class NodeAction(StrEnum):
+    """What a node needs: the one scale of the health checks' results and of the XID
+    catalogue's rows. A failed check says how urgent with its Severity and names the repair
+    (RESET_GPU, REBOOT, RMA; DRAIN_NOW when the running jobs are probably dying already, DRAIN
+    to let them finish); the catalogue says with `drain_*` that the node leaves service now
+    and what then (reset, reboot, RMA, a person's look), and RESET_GPU for a reset that can
+    wait until the GPU is idle (health_checks.kernel_log maps one onto the other)."""
+
+    NONE = "none"
+    WATCH = "watch"
+    DRAIN = "drain"
+    DRAIN_NOW = "drain_now"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    RMA = "rma"
+    DRAIN_RESET = "drain_reset"
+    DRAIN_REBOOT = "drain_reboot"
+    DRAIN_RMA = "drain_rma"
+    DRAIN_INSPECT = "drain_inspect"
+
+    @property
+    def drains(self) -> bool:
+        """A failed check asking for this takes the node out of service (Slurm's DRAIN)."""
+        return self not in (NodeAction.NONE, NodeAction.WATCH)
+
+    @property
+    def drains_node(self) -> bool:
+        """The node leaves service now (then reset, reboot, RMA or a person's look): fatal
+        for every job on it. A plain RESET_GPU waits for the GPU to be idle; WATCH and NONE
+        leave the node in service."""
+        return self.value.startswith("drain_")
 
 
 class Condition(StrEnum):

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from slurm_triage.taxonomy import Cause
+from slurm_triage.taxonomy import Cause, NodeAction
 
 CATALOGUE_VERSION = "NVIDIA Xid Catalog, generated 2025-10-29 (leptonai/gpud @4a8de33a)"
 
@@ -43,24 +43,6 @@ class Origin(StrEnum):
     APP = "app"
     SIDE_EFFECT = "side_effect"
     UNKNOWN = "unknown"
-
-
-class NodeAction(StrEnum):
-    """What the node needs after this XID (signatures.md's recommended node action)."""
-
-    NONE = "none"
-    WATCH = "watch"
-    RESET_GPU = "reset_gpu"
-    DRAIN_RESET = "drain_reset"
-    DRAIN_REBOOT = "drain_reboot"
-    DRAIN_RMA = "drain_rma"
-    DRAIN_INSPECT = "drain_inspect"
-
-    @property
-    def drains_node(self) -> bool:
-        """The node leaves service now (then reset, reboot, RMA or a person's look); a plain
-        RESET_GPU waits for the GPU to be idle, WATCH and NONE leave the node in service."""
-        return self.value.startswith("drain_")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from slurm_triage.evidence.facts import CheckStatus
+from slurm_triage.taxonomy import NodeAction
 
 
 class Severity(enum.StrEnum):
@@ -23,23 +24,9 @@ class Severity(enum.StrEnum):
     HIGH = "high"
 
 
-class Action(enum.StrEnum):
-    """What the node needs. DRAIN_NOW: no new job may start here (the running ones are
-    probably dying already); DRAIN: let running jobs finish, start no new ones (Slurm's DRAIN
-    does both; the difference is what an operator reads and how urgent the reset/RMA is)."""
-
-    NONE = "none"
-    WATCH = "watch"
-    DRAIN = "drain"
-    DRAIN_NOW = "drain_now"
-    RESET_GPU = "reset_gpu"
-    REBOOT = "reboot"
-    RMA = "rma"
-
-    @property
-    def drains(self) -> bool:
-        """A failed check asking for this takes the node out of service (Slurm's DRAIN)."""
-        return self not in (Action.NONE, Action.WATCH)
+# What the node needs: one scale with the XID catalogue's (taxonomy.NodeAction); the checks
+# call it Action.
+Action = NodeAction
 
 
 @dataclass(frozen=True)

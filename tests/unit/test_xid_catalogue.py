@@ -236,12 +236,27 @@ def test_every_row_is_consistent():
 
 def test_drains_node_is_the_drain_actions_and_nothing_else() -> None:
     """One predicate says which XIDs take the node out of service (the wrapper's node-fatal
-    XIDs and the health check's high-severity drains): the drain_* actions only."""
+    XIDs and the health check's high-severity drains): the drain_* actions only (the checks'
+    DRAIN_NOW among them)."""
     assert {a for a in A if a.drains_node} == {
         A.DRAIN_RESET,
         A.DRAIN_REBOOT,
         A.DRAIN_RMA,
         A.DRAIN_INSPECT,
+        A.DRAIN_NOW,
     }
     assert lookup(79).drains_node() and lookup(48).drains_node()
     assert not lookup(13).drains_node() and not lookup(8).drains_node()
+
+
+def test_the_checks_and_the_catalogue_share_one_node_action() -> None:
+    """One type: a check's action and a catalogue row's node action are both
+    taxonomy.NodeAction, and every action that takes a node out of service now also drains
+    it when a failed check asks for it."""
+    from slurm_triage.health_checks.result import Action
+    from slurm_triage.taxonomy import NodeAction as TaxonomyNodeAction
+
+    assert A is TaxonomyNodeAction and Action is TaxonomyNodeAction
+    assert {a for a in A if not a.drains} == {A.NONE, A.WATCH}
+    assert all(a.drains for a in A if a.drains_node)
+    assert all(isinstance(row.node_action, Action) for row in XID_CATALOGUE.values())
