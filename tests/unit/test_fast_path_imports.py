@@ -1,0 +1,134 @@
+"""What the per-job programs import (issue 20): every Prolog, Epilog, EpilogSlurmctld and
+wrapped rank pays for each module at start-up, so the paths run here in a fresh interpreter
+and what they imported is checked against a denylist (not an exact list: a small pure
+module added to a path is fine; the analytics, asyncio or the journal on a job start is not).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_triage.simulate.estate import MOUNTS, NodeEstate
+
+# Never on any per-job path: the analytics stack, the offline tools, the dev cluster,
+# asyncio (structlog and tenacity can bring it), an HTTP server, structlog itself (its
+# package imports asyncio; logs.py renders JSON without it).
+NEVER = (
+    "asyncio",
+    "http.server",
+    "structlog",
+    "numpy",
+    "polars",
+    "matplotlib",
+    "slurm_triage.analytics",
+    "slurm_triage.twin",
+    "slurm_triage.replay",
+    "slurm_triage.devcluster",
+    "slurm_triage.testing",
+)
+# Nor on the node's own paths (Prolog, wrapper): the journal, the door to Slurm, the
+# policies and the actuator belong to a failure or to the controller. (subprocess is
+# allowed: pynvml's ctypes.util imports it.)
+NOT_ON_NODE = (
+    "sqlite3",
+    "tenacity",
+    "concurrent.futures",
+    "slurm_triage.journal",
+    "slurm_triage.slurm",
+    "slurm_triage.policies",
+    "slurm_triage.actuator",
+    "slurm_triage.cli.analytics_cmd",
+    "slurm_triage.cli.twin_cmd",
+    "slurm_triage.cli.devcluster_cmd",
+)
+# A Prolog on a node that passes does not attribute anything.
+NOT_IN_PROLOG = ("slurm_triage.attribution.engine", "slurm_triage.attribution.signatures")
+
+REPORT = (
+    "import atexit, json, os, sys\n"
+    "def _report():\n"
+    "    with open(os.environ['MODULES_OUT'], 'w') as out:\n"
+    "        json.dump(sorted(sys.modules), out)\n"
+    "atexit.register(_report)\n"
+)
+
+
+def _imported(code: str, tmp_path: Path, env: dict[str, str]) -> set[str]:
+    """The modules a fresh interpreter holds after running `code` (reported at exit)."""
+    out = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", REPORT + code],
+        env={**os.environ, **env, "MODULES_OUT": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.exists(), done.stderr
+    return set(json.loads(out.read_text()))
+
+
+def _present(modules: set[str], denied: tuple[str, ...]) -> list[str]:
+    return sorted(d for d in denied if any(m == d or m.startswith(d + ".") for m in modules))
+
+
+@pytest.fixture
+def node_config(tmp_path: Path) -> Path:
+    """A simulated 8-GPU, 4-HCA, 3-mount node that passes every check."""
+    sim = tmp_path / "sim"
+    NodeEstate(sim, "node1").ensure()
+    mounts = ", ".join(f'"{sim}/{{node}}/mounts/{m}"' for m in MOUNTS)
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[logging]\ndestination = "file"\nfile = "{tmp_path}/triage.log"\nformat = "json"\n'
+        f'[paths]\nstate_dir = "{tmp_path}/state"\nevidence_dir = "{tmp_path}/evidence"\n'
+        f'[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
+        f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n'
+        f'mountinfo = "{sim}/{{node}}/mountinfo"\nmounts = [{mounts}]\n'
+        'ib_ports = ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]\nib_rate_gbps = 400\n'
+    )
+    return path
+
+
+def test_prolog_on_a_passing_node(tmp_path: Path, node_config: Path) -> None:
+    """The Prolog on a node that passes its screen imports no door, journal, policy or
+    attribution engine, nothing of the offline tools, and no asyncio."""
+    env = {"SLURM_TRIAGE_CONFIG": str(node_config), "SLURMD_NODENAME": "node1"}
+    code = "from slurm_triage.prolog_epilog.entry import prolog_main\nprolog_main()\n"
+    modules = _imported(code, tmp_path, {**env, "SLURM_JOB_ID": "1"})
+    assert "health_run_done" in (tmp_path / "triage.log").read_text()
+    assert _present(modules, NEVER + NOT_ON_NODE + NOT_IN_PROLOG) == []
+
+
+def test_wrapper_start_to_finish(tmp_path: Path) -> None:
+    """`slurm-triage wrap -- true`, start to finish (the record written), imports none of
+    the other commands, the door, the journal or asyncio."""
+    (tmp_path / "evidence").mkdir()
+    config = tmp_path / "wrap.toml"
+    config.write_text(
+        f'[logging]\ndestination = "file"\nfile = "{tmp_path}/wrap.log"\n'
+        f'[paths]\nevidence_dir = "{tmp_path}/evidence"\n'
+    )
+    code = (
+        "from slurm_triage.cli.main import main\n"
+        "try:\n    main(['wrap', '--', 'true'])\nexcept SystemExit:\n    pass\n"
+    )
+    env = {k: "" for k in os.environ if k.startswith("SLURM_")}
+    modules = _imported(code, tmp_path, {**env, "SLURM_TRIAGE_CONFIG": str(config)})
+    assert "slurm_triage.wrapper.run" in modules
+    assert _present(modules, NEVER + NOT_ON_NODE) == []
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["slurm_triage.prolog_epilog.epilog", "slurm_triage.prolog_epilog.decide"],
+)
+def test_epilog_and_decision_imports(tmp_path: Path, module: str) -> None:
+    """The node Epilog and EpilogSlurmctld import neither the offline tools nor asyncio."""
+    code = f"import slurm_triage.prolog_epilog.entry, {module}\n"
+    assert _present(_imported(code, tmp_path, {}), NEVER) == []
