@@ -44,6 +44,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "slurm_triage.cli.health_cmd",
         "inject a fault into the simulated GPU estate (demos, tests)",
     ),
+    "nodes": (
+        "slurm_triage.cli.nodes_cmd",
+        "the node lifecycle: state, repairs, burn-in, RMA (reconcile, release)",
+    ),
+    "burn-in": (
+        "slurm_triage.cli.burn_in_cmd",
+        "prove a repaired node: health screen, DCGM diag, the site's test (run as a job)",
+    ),
     "history": (
         "slurm_triage.cli.journal_cmd",
         "show the decisions taken on job ends (the journal)",

@@ -3,6 +3,7 @@ user can touch them, read back only from there.
 
     <evidence_dir>/_root/<job>/<node>.json           the Epilog's record
     <evidence_dir>/_root/<job>/<node>.prolog.json    the Prolog's, when it turned the job away
+    <evidence_dir>/_root/rma/<node>-<time>.json      an RMA evidence bundle (nodes reconcile)
 
 `_root` and each job's directory in it must be owned by root (by the writer's euid): a user
 can neither plant nor replace a root record.
@@ -129,3 +130,41 @@ def write_root_record(
         finally:
             os.close(job_fd)
     return os.path.join(evidence_dir, ROOT_AREA, str(job_id), f"{node}{suffix}")
+
+
+def write_root_file(evidence_dir: str, area: str, name: str, data: bytes) -> str:
+    """Write `_root/<area>/<name>` atomically where no user can touch it (both directories
+    owned by this euid, no symlink followed); returns its path. `area` and `name` are ours,
+    one path component each."""
+    for part in (area, name):
+        if not part or "/" in part or part in (".", ".."):
+            raise ValueError(f"not one path component: {part!r}")
+    with open_dir(evidence_dir) as base:
+        top = _ensure_root_dir(ROOT_AREA, base)
+        try:
+            area_fd = _ensure_root_dir(area, top)
+        finally:
+            os.close(top)
+        try:
+            write_at(area_fd, name, data, mode=0o644)
+        finally:
+            os.close(area_fd)
+    return os.path.join(evidence_dir, ROOT_AREA, area, name)
+
+
+def read_root_file(
+    evidence_dir: str, area: str, name: str, cap: int = MAX_RECORD_BYTES
+) -> bytes | None:
+    """`_root/<area>/<name>` when root owns it and its directories (no symlink followed,
+    size-capped); None when it is absent or cannot be trusted."""
+    try:
+        with (
+            open_dir(evidence_dir) as base,
+            open_dir(ROOT_AREA, base) as top,
+            open_dir(area, top) as area_fd,
+        ):
+            check_owner(top, ROOT_AREA, (0,))
+            check_owner(area_fd, f"{ROOT_AREA}/{area}", (0,))
+            return read_capped(name, area_fd, 0, cap)
+    except (UnsafeEvidence, OSError):
+        return None
