@@ -27,9 +27,11 @@ NVML_TESTS := tests/unit/test_nvml_bindings.py tests/unit/test_simulate.py tests
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@echo "setup: creating $(VENV) and installing slurm-triage with pip (first use: a minute or two)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,analytics]'
+	@echo "setup: $(VENV) ready"
 	touch $(STAMP)
 
 test: venv

@@ -132,9 +132,17 @@ def bundle_dir() -> Path:
     return Path(os.environ.get(BUNDLE_ENV) or DEFAULT_BUNDLE)
 
 
-def ensure_packages(layout: cf.ClusterLayout | None = None) -> None:
+Progress = Callable[[str], object]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def ensure_packages(layout: cf.ClusterLayout | None = None, progress: Progress = _quiet) -> None:
     """Install Slurm, munge and MariaDB if missing: Debian's packages for 22.05; for another
-    release its runtime libraries from apt and its install tree from the bundle folder."""
+    release its runtime libraries from apt and its install tree from the bundle folder.
+    `progress` hears one line before each slow step (the demo prints it)."""
     prefix = layout.slurm_prefix if layout else None
     needed = ("slurmctld", "slurmd", "slurmdbd", "sbatch", "munged", "mariadbd")
     if all(_which(p, layout) for p in needed) and (prefix is None or prefix.is_dir()):
@@ -142,11 +150,12 @@ def ensure_packages(layout: cf.ClusterLayout | None = None) -> None:
     if os.geteuid() != 0:
         raise DevClusterError("Slurm/munge/MariaDB are not installed and we are not root")
     if prefix is not None:
-        _apt_install(BUILT_SLURM_PACKAGES)
+        _apt_install(BUILT_SLURM_PACKAGES, progress)
         if not prefix.is_dir():
+            progress(f"unpacking Slurm {layout.slurm if layout else ''} into {prefix}")
             _unpack_built_slurm(prefix)
         return
-    _apt_install(PACKAGES)
+    _apt_install(PACKAGES, progress)
 
 
 def ensure_pyslurm(layout: cf.ClusterLayout) -> Path:
@@ -181,13 +190,14 @@ def _unpack_built_slurm(prefix: Path) -> None:
         raise DevClusterError(f"{tarballs[-1]} did not unpack to {prefix}")
 
 
-def _apt_install(packages: tuple[str, ...]) -> None:
+def _apt_install(packages: tuple[str, ...], progress: Progress = _quiet) -> None:
     missing = [p for p in packages if not _dpkg_installed(p)]
     if not missing:
         return
     if not _which("apt-get"):
         raise DevClusterError(f"{', '.join(missing)} not installed and apt-get is not available")
     log.info("devcluster_installing_packages", packages=missing)
+    progress(f"installing {', '.join(missing)} with apt-get (first use: a few minutes)")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for cmd in (
         ["apt-get", "update", "-qq"],
@@ -447,10 +457,12 @@ def set_owners(layout: cf.ClusterLayout) -> None:
     """What slurmctld, slurmdbd and EpilogSlurmctld (all SlurmUser) write, SlurmUser owns:
     the controller's state and logs, our journal's directory and our shared log file. The
     job user owns the directory test and demo jobs run in."""
-    for directory in (layout.spool / "ctld", layout.state_dir):
+    layout.metrics_dir.mkdir(exist_ok=True)
+    for directory in (layout.spool / "ctld", layout.state_dir, layout.metrics_dir):
         for path in (directory, *directory.rglob("*")):
             shutil.chown(path, cf.SLURM_USER, cf.SLURM_USER)
     layout.state_dir.chmod(0o755)
+    layout.metrics_dir.chmod(0o755)
     layout.jobs_dir.mkdir(exist_ok=True)
     shutil.chown(layout.jobs_dir, cf.JOB_USER, cf.JOB_USER)
     for name in ("slurmctld.log", "slurmdbd.log", "slurm-triage.log"):
@@ -458,17 +470,21 @@ def set_owners(layout: cf.ClusterLayout) -> None:
     _own(layout.etc / "slurmdbd.conf", cf.SLURM_USER, 0o600)
 
 
-def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.ClusterLayout:
-    """Bring the cluster up (idempotent): start whatever is not running, wait for IDLE nodes."""
+def up(
+    layout: cf.ClusterLayout | None = None, timeout_s: float = 60, progress: Progress = _quiet
+) -> cf.ClusterLayout:
+    """Bring the cluster up (idempotent): start whatever is not running, wait for IDLE nodes.
+    `progress` hears one line before each slow step."""
     layout = layout or default_layout()
     if os.geteuid() != 0:
         raise DevClusterError("the dev cluster runs Slurm daemons as root; run as root")
-    ensure_packages(layout)
+    ensure_packages(layout, progress)
     ensure_users()
     before = layout.slurm_conf.read_text() if layout.slurm_conf.exists() else ""
     extra: tuple[str, ...] = ()
     if layout.backend == "pyslurm":
         extra = (str(ensure_pyslurm(layout)),)
+    progress("copying slurm-triage where the hooks and the job user can run it")
     try:
         runtime.build(layout.bin_dir.parents[1], extra_paths=extra)
     except runtime.RuntimeBuildError as exc:
@@ -480,6 +496,8 @@ def up(layout: cf.ClusterLayout | None = None, timeout_s: float = 60) -> cf.Clus
         # A newer slurm-triage wrote a different slurm.conf: make the daemons read it.
         _run([_which("scontrol", layout) or "scontrol", "reconfigure"], env=client_env(layout))
     started = time.monotonic()
+    if len(running) < len(DAEMONS):
+        progress(f"starting {', '.join(d for d in DAEMONS if d not in running)}")
     if "munged" not in running:
         _start_munge(layout)
     if "mariadbd" not in running:

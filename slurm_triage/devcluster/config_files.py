@@ -120,6 +120,12 @@ class ClusterLayout:
         return self.root / "state"
 
     @property
+    def metrics_dir(self) -> Path:
+        """node_exporter's textfile directory: nodes (root) and the controller (SlurmUser)
+        write their .prom files here."""
+        return self.root / "metrics"
+
+    @property
     def ctld_port(self) -> int:
         return self.base_port
 
@@ -273,6 +279,10 @@ state_dir = "{layout.state_dir}"
 [decision]
 journal = "{layout.state_dir}/journal.sqlite"
 wait_for_nodes_s = 10
+
+[metrics]
+node_textfile = "{layout.metrics_dir}/slurm_triage_{{node}}.prom"
+controller_textfile = "{layout.metrics_dir}/slurm_triage_controller.prom"
 
 [health]
 # No GPUs here: NVML, the kernel log, sysfs and mounts come from the simulated estate,

@@ -1,4 +1,4 @@
-"""`make demo`: the local cluster end to end, in three scenarios.
+"""`make demo`: the local cluster end to end, told as numbered one-line steps.
 
 1. A 2-node `--requeue` training job under the wrapper, checkpointing, on node1 and node2;
    XID 79 is injected on node2 mid-run. The wrapper ends the dead rank at once, the job is
@@ -35,8 +35,46 @@ T = TypeVar("T")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+class Story:
+    """The demo's output: scenarios, numbered one-line steps, command output indented, and
+    a live "waiting for ..." line on a terminal while the cluster works."""
+
+    def __init__(self, scenarios: int) -> None:
+        self.scenarios, self.scenario, self.steps = scenarios, 0, 0
+        self.live = sys.stdout.isatty()
+
+    def begin(self, title: str) -> None:
+        self.scenario, self.steps = self.scenario + 1, 0
+        print(f"\nScenario {self.scenario} of {self.scenarios}: {title}", flush=True)
+
+    def step(self, text: str) -> None:
+        self.steps += 1
+        print(f"  {self.steps:>2}. {text}", flush=True)
+
+    def waiting(self, what: str, since: float) -> None:
+        if self.live and time.monotonic() - since >= 2:
+            print(f"\r      waiting for {what} ... {time.monotonic() - since:.0f} s ", end="")
+            print("\033[K", end="", flush=True)
+
+    def done_waiting(self) -> None:
+        if self.live:
+            print("\r\033[K", end="", flush=True)
+
+
+STORY = Story(4)
+
+
 def _wait(probe: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    return wait_until(probe, timeout_s, what, interval_s=0.2)  # type: ignore[return-value]
+    since = time.monotonic()
+
+    def probe_and_tell() -> T | None:
+        STORY.waiting(what, since)
+        return probe()
+
+    try:
+        return wait_until(probe_and_tell, timeout_s, what, interval_s=0.2)  # type: ignore[return-value]
+    finally:
+        STORY.done_waiting()
 
 
 class Demo:
@@ -80,7 +118,13 @@ class Demo:
         return self.door.job(job_id)
 
     def show(self, *argv: str) -> None:
-        subprocess.run(list(argv), env=self.env, timeout=60, check=False)
+        """Run a command as a step and print its output indented under it."""
+        STORY.step("$ " + " ".join(argv))
+        out = subprocess.run(
+            list(argv), env=self.env, timeout=60, check=False, capture_output=True, text=True
+        )
+        for line in (out.stdout + out.stderr).rstrip().splitlines():
+            print(f"        {line}")
 
     def finished(self, job_id: int, state: JobState, timeout_s: float = 180) -> JobInfo:
         def reached() -> JobInfo | None:
@@ -90,8 +134,9 @@ class Demo:
         return _wait(reached, timeout_s, f"job {job_id} {state.value}")
 
 
-def scenario_gpu_lost(demo: Demo) -> None:
-    print("\n== 1. a GPU falls off the bus on node2 in the middle of a 2-node training job")
+def scenario_gpu_lost(demo: Demo) -> int:
+    """Returns the training job's id."""
+    STORY.begin("a GPU falls off the bus in the middle of a 2-node training job")
     # --kill-on-bad-exit: when one rank dies the step ends; real ranks would otherwise sit in
     # a collective until the NCCL timeout.
     train = (
@@ -100,11 +145,11 @@ def scenario_gpu_lost(demo: Demo) -> None:
     )
     job_id = demo.submit("train", train, "-N2 --ntasks-per-node=1 --gres=gpu:8", "--requeue")
     running = demo.finished(job_id, JobState.RUNNING, 60)
-    print(f"   job {job_id} running on {','.join(running.nodes)}; waiting for a checkpoint")
     _wait(lambda: (demo.workdir / "ckpt-rank0.json").exists(), 60, "a checkpoint")
+    STORY.step(f"job {job_id} (sbatch --requeue) runs on {','.join(running.nodes)}, checkpointing")
     time.sleep(1.0)
     bad = running.nodes[-1]
-    print(f"   $ slurm-triage inject --node {bad} xid=79 --gpu 3   # the GPU falls off the bus")
+    STORY.step(f"$ slurm-triage inject --node {bad} xid=79 --gpu 3   # GPU 3 falls off the bus")
     inject(NodeEstate(demo.layout.simulate_root, bad), "xid", 79, gpu=3)
     injected = time.monotonic()
 
@@ -113,10 +158,9 @@ def scenario_gpu_lost(demo: Demo) -> None:
         return job if job.restart_count >= 1 and bad in job.excluded_nodes else None
 
     requeued = _wait(requeued_without_bad, 60, "the requeue with exclusion")
-    pending_s = time.monotonic() - injected
-    print(
-        f"   fault -> pending again: {pending_s:.1f} s (restart {requeued.restart_count}, "
-        f"excluding {','.join(requeued.excluded_nodes)}); Slurm holds it back for cred_expire"
+    STORY.step(
+        f"fault -> pending again: {time.monotonic() - injected:.1f} s (restart "
+        f"{requeued.restart_count}, excluding {','.join(requeued.excluded_nodes)})"
     )
 
     def running_again() -> JobInfo | None:
@@ -124,8 +168,9 @@ def scenario_gpu_lost(demo: Demo) -> None:
         return job if job.restart_count >= 1 and job.state is JobState.RUNNING else None
 
     again = _wait(running_again, 120, "the requeued job to run")
-    print(
-        f"   fault -> running again on {','.join(again.nodes)}: {time.monotonic() - injected:.1f} s"
+    STORY.step(
+        f"fault -> running again: {time.monotonic() - injected:.1f} s, on "
+        f"{','.join(again.nodes)} (Slurm waits cred_expire before a requeued job may start)"
     )
 
     # Slurm drained it first ("Epilog error": our Epilog failed on it); the decision then
@@ -135,18 +180,16 @@ def scenario_gpu_lost(demo: Demo) -> None:
         return node if node.reason.startswith("triage:") else None
 
     node = _wait(relabelled, 30, "our reason")
-    print(f"   {bad}: {node.label}, reason: {node.reason}")
+    STORY.step(f"{bad} {node.label}: {node.reason}")
     done = demo.finished(job_id, JobState.COMPLETED, 240)
-    print(f"   job {job_id} COMPLETED on {','.join(done.nodes)}; the trainer's log:")
     out = (demo.workdir / f"train-{job_id}.out").read_text().splitlines()
-    for line in [x for x in out if x.startswith("starting at") or "slurm-triage" in x][:6] + out[
-        -2:
-    ]:
-        print(f"     | {line}")
-    print(f"   $ slurm-triage history --job {job_id}")
+    resumed = [x for x in out if x.startswith("starting at")][-1:]
+    STORY.step(
+        f"job {job_id} COMPLETED on {','.join(done.nodes)}; the trainer says: "
+        f"{resumed[0] if resumed else '(no start line)'}"
+    )
     demo.show("slurm-triage", "history", "--job", str(job_id))
     time.sleep(1)
-    print(f"   $ sacct -j {job_id} -D -X -o JobID,State,ExitCode,NodeList,AdminComment%100")
     demo.show(
         "sacct",
         "-j",
@@ -154,14 +197,15 @@ def scenario_gpu_lost(demo: Demo) -> None:
         "-D",
         "-X",
         "-o",
-        "JobID,State,ExitCode,NodeList,AdminComment%100",
+        "JobID,State,ExitCode,NodeList,AdminComment%90",
     )
+    return job_id
 
 
-def scenario_expedited(demo: Demo) -> None:
+def scenario_expedited(demo: Demo) -> int:
     """Slurm 25.11 only: the same fault with `--requeue=expedite`; our node Epilog fails on
     the bad node, Slurm drains it and restarts the job elsewhere at once."""
-    print("\n== 1b. the same fault with sbatch --requeue=expedite (Slurm 25.11)")
+    STORY.begin("the same fault with sbatch --requeue=expedite (Slurm 25.11)")
     stamp = demo.workdir / "expedite"
     body = (
         f'if [ "${{SLURM_RESTART_COUNT:-0}}" -ge 1 ]; then date +%s.%N > {stamp}.again; '
@@ -173,34 +217,36 @@ def scenario_expedited(demo: Demo) -> None:
     _wait(lambda: Path(f"{stamp}.started").exists(), 60, "the job to start")
     nodes = demo.job(job_id).nodes
     bad = nodes[-1]
-    print(
-        f"   job {job_id} running on {','.join(nodes)}; injecting XID 79 on {bad}, the script fails"
-    )
+    STORY.step(f"job {job_id} runs on {','.join(nodes)}")
+    STORY.step(f"XID 79 on {bad}; the job's script fails")
     inject(NodeEstate(demo.layout.simulate_root, bad), "xid", 79, gpu=3)
     Path(f"{stamp}.go").touch()
     _wait(lambda: Path(f"{stamp}.again").exists(), 60, "the restart")
     fault = float(Path(f"{stamp}.fault").read_text())
     again = float(Path(f"{stamp}.again").read_text())
     job = demo.finished(job_id, JobState.COMPLETED, 60)
-    print(
-        f"   fault -> running again on {','.join(job.nodes)}: {again - fault:.2f} s "
-        f"(restart {job.restart_count}); {bad}: {demo.door.node(bad).reason}"
+    STORY.step(
+        f"fault -> running again: {again - fault:.2f} s, on {','.join(job.nodes)} "
+        f"(restart {job.restart_count})"
     )
+    STORY.step(f"{bad}: {demo.door.node(bad).reason}")
+    return job_id
 
 
-def scenario_user_bug(demo: Demo) -> None:
-    print("\n== 2. a user bug (KeyError) is recorded, not requeued")
+def scenario_user_bug(demo: Demo) -> int:
+    STORY.begin("a user bug (KeyError) is recorded, not requeued")
     bug = "srun slurm-triage wrap -- python3 -c \"cfg = {}; cfg['learning_rate']\""
     job_id = demo.submit("bug", bug, "-N1", "--requeue")
     demo.finished(job_id, JobState.FAILED, 60)
     time.sleep(2)
     job = demo.job(job_id)
-    print(f"   job {job_id}: {job.state.value}, restarts {job.restart_count}")
+    STORY.step(f"job {job_id} (sbatch --requeue): {job.state.value}, restarts {job.restart_count}")
     demo.show("slurm-triage", "history", "--job", str(job_id))
+    return job_id
 
 
 def scenario_lemon(demo: Demo) -> None:
-    print("\n== 3. a node that keeps failing jobs is flagged as a lemon")
+    STORY.begin("a node that keeps failing jobs is flagged as a lemon")
     estate = NodeEstate(demo.layout.simulate_root, "node3")
     for n, xid in enumerate((48, 94, 74, 48), 1):
         demo.reset()
@@ -212,23 +258,28 @@ def scenario_lemon(demo: Demo) -> None:
         inject(estate, "xid", xid, gpu=n % 8)
         demo.finished(job_id, JobState.FAILED, 60)
         time.sleep(1.5)
-        print(
-            f"   failure {n}: job {job_id} on node3 with XID {xid}; node3: "
-            f"{demo.door.node('node3').reason}"
+        STORY.step(
+            f"failure {n}: job {job_id} on node3 with XID {xid}; node3: "
+            f"{demo.door.node('node3').reason or 'in service'}"
         )
-    print("   $ slurm-triage lemons")
     demo.show("slurm-triage", "lemons")
 
 
 def main() -> int:
     setup_logging(LoggingConfig(level="warning"))
     layout = cluster.default_layout()  # $SLURM_TRIAGE_DEVCLUSTER_SLURM (make demo SLURM=25.11)
-    print(f"== bringing the dev cluster up on Slurm {layout.slurm} (installs it on first use)")
-    demo = Demo(cluster.up(layout))
+    print(f"slurm-triage demo: a local Slurm {layout.slurm} cluster, 3 nodes of 8 simulated GPUs")
+    started = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"  setup: {line} ({time.monotonic() - started:.0f} s)", flush=True)
+
+    demo = Demo(cluster.up(layout, progress=progress))
     print(
-        f"== Slurm {demo.door.slurm_version()}, door backend {demo.door.name}; jobs run as "
-        f"{JOB_USER}, slurmctld as slurm"
+        f"  setup: up in {time.monotonic() - started:.0f} s: Slurm {demo.door.slurm_version()}, "
+        f"door backend {demo.door.name}; jobs run as {JOB_USER}, slurmctld as slurm"
     )
+    STORY.scenarios = 4 if demo.layout.slurm != "22.05" else 3
     demo.reset()
     try:
         scenario_gpu_lost(demo)
