@@ -165,12 +165,18 @@ def _table(rows: list[dict[str, Any]]) -> None:
 
 def _reconcile(args: argparse.Namespace, context: Any, names: list[str]) -> int:
     from slurm_triage.cli.reconcile import reconcile
+    from slurm_triage.observe import hooks as observe
     from slurm_triage.slurm import SlurmError
 
     config, journal, door = _open(context, create=True)
     dry = args.dry_run or not config.policy.act
     try:
         steps = reconcile(config, door, journal, dry_run=dry, only=names)
+        if config.metrics.controller_textfile:  # the lifecycle series, with the decisions'
+            try:
+                observe.write_controller_textfile(config, journal)
+            except OSError as exc:
+                print(f"slurm-triage: metrics textfile not written: {exc}", file=sys.stderr)
     except SlurmError as exc:
         raise TriageError(f"Slurm could not be read: {exc}") from None
     finally:

@@ -18,6 +18,7 @@ from slurm_triage.journal import Journal
 from slurm_triage.journal.records import DecisionTotal
 from slurm_triage.observe.exposition import Family, Histogram, Kind, Spec
 from slurm_triage.policies.lemons import node_signals
+from slurm_triage.policies.lifecycle import NodeLifecycle
 
 # Seconds from a job's end to our requeue of it: sub-second when all is well (README's
 # bench: 0.7 s), tens of seconds when the decision waited for a slow node's evidence.
@@ -59,6 +60,13 @@ LEMONS = Spec(
     Kind.GAUGE,
     "Nodes whose recent history (policy.lemon_*) makes them lemons",
 )
+LIFECYCLE = Spec(
+    "slurm_triage_nodes_by_lifecycle_state",
+    Kind.GAUGE,
+    "Nodes by the lifecycle state nodes reconcile last recorded (healthy, suspect, drained, "
+    "repairing, burn_in, rma, admin, unknown); nodes never recorded are not counted",
+    ("state",),
+)
 LAST_DECISION = Spec(
     "slurm_triage_last_decision_timestamp_seconds",
     Kind.GAUGE,
@@ -78,6 +86,7 @@ CONTROLLER_SPECS: tuple[Spec, ...] = (
     DECISION_DRAINS,
     BUDGETS_EXHAUSTED,
     LEMONS,
+    LIFECYCLE,
     LAST_DECISION,
     DECISION_NOTIFICATIONS,
 )
@@ -93,6 +102,8 @@ class ControllerFacts:
     drains: Mapping[str, int] = field(default_factory=dict)
     notifications: Mapping[tuple[str, str], int] = field(default_factory=dict)
     lemon_nodes: int = 0
+    # Nodes by their latest recorded lifecycle state (the journal's lifecycle table).
+    lifecycle: Mapping[str, int] = field(default_factory=dict)
 
 
 def read_facts(journal: Journal, config: Config, now: float | None = None) -> ControllerFacts:
@@ -107,7 +118,19 @@ def read_facts(journal: Journal, config: Config, now: float | None = None) -> Co
         drains=journal.drain_totals(),
         notifications=journal.notification_totals(),
         lemon_nodes=sum(1 for s in lemons.values() if s.lemon),
+        lifecycle=_lifecycle_counts(journal),
     )
+
+
+def _lifecycle_counts(journal: Journal) -> dict[str, int]:
+    """Every state of the closed enum (0 when none), so a label's series never vanishes;
+    a state this version does not know counts as unknown (bounded labels)."""
+    known = {s.value for s in NodeLifecycle}
+    counts = dict.fromkeys(sorted(known), 0)
+    for step in journal.latest_lifecycle().values():
+        state = step.state if step.state in known else NodeLifecycle.UNKNOWN.value
+        counts[state] += 1
+    return counts
 
 
 def controller_families(facts: ControllerFacts) -> list[Family]:
@@ -131,6 +154,7 @@ def controller_families(facts: ControllerFacts) -> list[Family]:
         Family(DECISION_DRAINS, {(c or "unknown",): n for c, n in facts.drains.items()}),
         Family(BUDGETS_EXHAUSTED, {(b,): n for b, n in facts.budget_holds.items()}),
         Family(LEMONS, {(): facts.lemon_nodes}),
+        Family(LIFECYCLE, {(state,): n for state, n in facts.lifecycle.items()}),
         Family(LAST_DECISION, {(): max(stamps)} if stamps else {}),
         Family(DECISION_NOTIFICATIONS, {k: n for k, n in facts.notifications.items()}),
     ]

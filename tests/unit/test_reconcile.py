@@ -16,6 +16,7 @@ from slurm_triage.clock import Clock
 from slurm_triage.config import Config, DecisionConfig, PathsConfig, RepairConfig
 from slurm_triage.job_state import JobState
 from slurm_triage.journal import Journal
+from slurm_triage.observe.controller import controller_families, read_facts
 from slurm_triage.policies.lifecycle import LifecycleAction, NodeLifecycle, burn_in_reservation
 from slurm_triage.testing import FakeDoor, node_info
 
@@ -90,6 +91,9 @@ def test_a_node_goes_drained_rebooted_burnt_in_and_back(tmp_path: Path) -> None:
     assert _pass(config, door, journal, t)["node2"].decision.state is S.HEALTHY
     actions = [s.action for s in journal.lifecycle_events(node="node2")]
     assert actions[0] == "reboot" and "start_burn_in" in actions and "return_to_service" in actions
+    families = {f.spec.name: f for f in controller_families(read_facts(journal, config, t.now))}
+    by_state = families["slurm_triage_nodes_by_lifecycle_state"].samples
+    assert by_state[("healthy",)] == 1 and by_state[("rma",)] == 0 and len(by_state) == 8
 
 
 def test_reconcile_is_idempotent(tmp_path: Path) -> None:
