@@ -1,0 +1,32 @@
+"""`slurm-triage burn-in`'s external parts: run without a shell, pass only on exit 0, a
+timeout or a missing program fails with one line (the burn-in job then fails)."""
+
+from __future__ import annotations
+
+import sys
+
+from slurm_triage.cli.burn_in_cmd import run_part
+
+
+def test_a_part_passes_only_on_exit_0() -> None:
+    good = run_part("site", [sys.executable, "-c", "print('allreduce ok')"], 30)
+    assert good.passed and good.detail == "exit 0: allreduce ok"
+    bad = run_part(
+        "site", [sys.executable, "-c", "import sys; print('bus bw 3 GB/s'); sys.exit(4)"], 30
+    )
+    assert not bad.passed and bad.detail == "exit 4: bus bw 3 GB/s"
+
+
+def test_no_shell_reads_the_arguments() -> None:
+    """A `;` is an argument, not a second command."""
+    done = run_part(
+        "site", [sys.executable, "-c", "import sys; print(sys.argv[1])", "x; exit 0"], 30
+    )
+    assert done.passed and done.detail.endswith("x; exit 0")
+
+
+def test_a_timeout_or_a_missing_program_fails() -> None:
+    slow = run_part("dcgm", [sys.executable, "-c", "import time; time.sleep(5)"], 0.3)
+    assert not slow.passed and "timed out after 0.3 s" in slow.detail
+    missing = run_part("dcgm", ["/nonexistent/dcgmi", "diag"], 5)
+    assert not missing.passed and missing.detail.startswith("cannot run /nonexistent/dcgmi")
