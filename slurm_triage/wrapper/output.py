@@ -1,6 +1,6 @@
 """Pass the child's stdout and stderr through byte for byte, keeping a bounded tail of each.
 
-One thread per stream reads whatever the pipe holds (readv into a fixed buffer) and writes
+One thread per stream reads whatever the pipe holds (os.read, up to CHUNK_BYTES) and writes
 it at once to our own fd with os.write: no line buffering, no reordering within a stream.
 The tail of each stream is kept for attribution in a `TailBuffer`. When our side breaks
 (EPIPE: the reader of srun's output went away) we keep draining the child's pipe, so the
@@ -48,7 +48,7 @@ class TailBuffer:
         self.total = 0
 
     def append(self, data: bytes | bytearray | memoryview) -> None:
-        chunk = bytes(data)  # a copy: the pump reuses its read buffer
+        chunk = bytes(data)  # kept as it is when bytes (immutable); else a copy
         self._chunks.append(chunk)
         self.held += len(chunk)
         self.total += len(chunk)
@@ -104,29 +104,29 @@ class Pump(threading.Thread):
         if self._block:
             # Signals belong to the main thread, which forwards them; a pump must not take one.
             signal.pthread_sigmask(signal.SIG_BLOCK, self._block)
-        buf = bytearray(CHUNK_BYTES)
-        view = memoryview(buf)
         try:
-            self._copy(buf, view)
+            self._copy()
         finally:
             os.close(self._src)
             if self._tee is not None:
                 os.close(self._tee)
 
-    def _copy(self, buf: bytearray, view: memoryview) -> None:
+    def _copy(self) -> None:
+        # Each read is a new bytes object that the tail keeps as it is: the data is copied
+        # once into our memory and once out, as by cat, and never again for the tail.
         while True:
             try:
-                count = os.readv(self._src, [buf])
+                data = os.read(self._src, CHUNK_BYTES)
             except OSError:
                 return
-            if count == 0:
+            if not data:
                 return
-            data = view[:count]
             self.tail.append(data)
             if self.dst_error is None:
                 self.dst_error = _write_all(self._dst, data)
             if self._tee is not None and self.tee_error is None:
                 self.tee_error = _write_all(self._tee, data)
+            count = len(data)
             self.bytes_seen += count
             if count < self._pace_below:
                 time.sleep(self._pace_s)
@@ -140,8 +140,9 @@ def _pipe_size(fd: int) -> int:
         return 0
 
 
-def _write_all(fd: int, data: memoryview) -> str | None:
-    """Write all of `data`; the reason (one line) if `fd` cannot take it any more."""
+def _write_all(fd: int, chunk: bytes) -> str | None:
+    """Write all of `chunk`; the reason (one line) if `fd` cannot take it any more."""
+    data = memoryview(chunk)
     while data:
         try:
             written = os.write(fd, data)
