@@ -268,3 +268,19 @@ def test_only_drained_events_count_as_drains() -> None:
     events = [NodeEvent("node1", j, 1.0, "drained", "gpu_memory", None, False) for j in (1, 2, 3)]
     signals = node_signals(events, PolicyConfig(lemon_times_drained=3))
     assert signals["node1"].times_drained == 3 and signals["node1"].lemon
+
+
+def test_the_health_path_reads_reasons_without_the_journal() -> None:
+    """Nodes have no journal: deciding what may come back imports no sqlite3, no journal
+    store and no lifecycle policy (a fresh interpreter, as slurmd starts it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, slurm_triage.prolog_epilog.healthcheck;"
+        "import slurm_triage.prolog_epilog.node_action;"
+        "print(sorted(m for m in ('sqlite3', 'slurm_triage.journal.store',"
+        " 'slurm_triage.policies.lifecycle') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
