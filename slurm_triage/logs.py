@@ -184,7 +184,7 @@ def _emit(level: str, bound: dict[str, Any], event: str, fields: dict[str, Any])
     if "exc_info" in event_dict:
         from structlog.processors import dict_tracebacks
 
-        event_dict = dict_tracebacks(None, level, event_dict)
+        event_dict = dict(dict_tracebacks(None, level, event_dict))
     event_dict.setdefault("program", sink.program)
     sink.writer(level, json.dumps(event_dict, default=_json_default))
 
