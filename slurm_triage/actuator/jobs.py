@@ -168,7 +168,8 @@ def carry_out(
         n = restart + (1 if requeued else 0)
         summary = admin_comment(cause, blamed, decision, n)
         ended = accounted_comment(cause, blamed, decision, n, earlier)
-        _comment(door, job_id, summary if cause != "completed" else ended, ended, requeued, errors)
+        shown = summary if cause != "completed" else ended
+        _comment(door, job_id, shown, ended, requeued, held, errors)
     for error in errors:
         log.error("decision_step_failed", error=error)
     return Applied(
@@ -194,12 +195,23 @@ def _hold(door: SlurmDoor, job_id: int) -> None:
 
 
 def _comment(
-    door: SlurmDoor, job_id: int, summary: str, ended: str, requeued: bool, errors: list[str]
+    door: SlurmDoor,
+    job_id: int,
+    summary: str,
+    ended: str,
+    requeued: bool,
+    held: bool,
+    errors: list[str],
 ) -> None:
     """The summary in AdminComment. slurmctld refuses it once a job has ended (COMPLETING
-    included): then the ended form goes to the run's record in accounting."""
+    included): then the ended form goes to the run's record in accounting. A held job has no
+    eligible time, so slurmctld does not send its record (nor the comment) to accounting
+    until it is released (seen on 22.05: sacct shows the REQUEUED record without it): the
+    ended form goes there too, so `sacct -o AdminComment` tells why it waits."""
     try:
         door.set_admin_comment(job_id, summary)
+        if held:
+            door.set_accounted_admin_comment(job_id, ended)
     except InvalidJobState:
         if requeued:
             errors.append("admin_comment: job already finished")

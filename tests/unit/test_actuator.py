@@ -70,6 +70,15 @@ def test_hold_requeues_held_and_still_excludes(door: FakeDoor) -> None:
     assert door.job(JOB).excluded_nodes == ("node2",)
 
 
+def test_a_held_jobs_summary_also_goes_to_accounting(door: FakeDoor) -> None:
+    """A held job has no eligible time, so slurmctld sends neither its record nor its
+    AdminComment to accounting until release (seen on the dev cluster): the summary is
+    written there as well, so `sacct -o AdminComment` says why the job waits."""
+    carry_out(door, Decision(Verdict.HOLD), cause="unknown")
+    assert door.methods()[-2:] == ["set_admin_comment", "set_accounted_admin_comment"]
+    assert door.accounting[JOB].admin_comment.startswith("triage: cause=unknown action=hold")
+
+
 def test_hold_for_a_failed_required_node_says_which_and_why(door: FakeDoor) -> None:
     """Held because required node2 failed: AdminComment names node2 and the cause, in the
     triage object (cause still first, as analytics reads it) and in words."""
@@ -216,6 +225,7 @@ def test_hold_of_a_job_slurm_restarted_requeues_it_held(door: FakeDoor) -> None:
     spent): it is requeued held, so a crash loop stops there."""
     door.requeue(JOB)
     door.jobs[JOB] = replace(door.jobs[JOB], state=JobState.RUNNING)
+    door.accounting[JOB] = door.jobs[JOB]  # a started run has its record in accounting
     door.calls.clear()
     applied = carry_out(
         door, Decision(Verdict.HOLD), already_requeued=True, restarted_by_slurm=True

@@ -232,7 +232,12 @@ def test_a_failed_required_node_holds_the_job_and_is_still_drained(cluster: Clus
     cluster.root_record("node1")
     cluster.root_record("node2", xid79("node2"))
     out = cluster.end()
-    assert [c.method for c in door.mutations()] == ["requeue", "drain", "set_admin_comment"]
+    assert [c.method for c in door.mutations()] == [
+        "requeue",
+        "drain",
+        "set_admin_comment",
+        "set_accounted_admin_comment",
+    ]
     assert door.calls_to("requeue") == [Call("requeue", (JOB,), {"hold": True})]
     job = door.jobs[JOB]
     assert (job.excluded_nodes, job.state_reason) == ((), "JobHeldAdmin")

@@ -84,7 +84,12 @@ def test_requeue_makes_the_job_pending_with_one_more_restart() -> None:
         3,
         "JobHeldAdmin",
     )
-    assert d.accounted_job(7).state is JobState.PENDING
+    # Held: no eligible time, so accounting keeps the ended run's record (REQUEUED).
+    assert d.accounted_job(7).state is JobState.REQUEUED
+    d2 = door(restart_count=2)
+    d2.end_job(7, "FAILED", exit_code=1)
+    d2.requeue(7)
+    assert d2.accounted_job(7).state is JobState.PENDING
 
 
 def test_exclusions_merge_with_the_users_own() -> None:
