@@ -31,6 +31,18 @@ def nvml_module(config: HealthConfig, node: str) -> Any:
     return pynvml
 
 
+def simulated_gpu_reset(config: HealthConfig, node: str, index: int) -> tuple[bool, str]:
+    """Reset GPU `index` of this node's simulated estate, as `nvidia-smi --gpu-reset` would
+    (health_checks.gpu_reset's stand-in where there are no GPUs): (done, what it said)."""
+    from slurm_triage.simulate.estate import InjectError, NodeEstate, inject
+
+    estate = NodeEstate(Path(node_path(config.simulate_root, node)), node)
+    try:
+        return True, inject(estate, "gpu_reset", gpu=index)
+    except (InjectError, OSError, ValueError) as exc:
+        return False, str(exc)
+
+
 def read_pci_gpus(sysfs_root: str) -> tuple[str, ...]:
     """Bus ids (dddd:bb:dd.f) of NVIDIA display/3D controllers on the PCI bus, sorted."""
     found = []

@@ -13,7 +13,6 @@ import enum
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 from slurm_triage.config import HealthConfig
 
@@ -69,14 +68,10 @@ def reset_gpu(
 
 
 def _simulated(config: HealthConfig, node: str, index: int, bus_id: str) -> GpuReset:
-    from slurm_triage.simulate.estate import InjectError, NodeEstate, inject
+    from slurm_triage.nvml import simulated_gpu_reset
 
-    root = Path(config.simulate_root.replace("{node}", node))
-    try:
-        said = inject(NodeEstate(root, node), "gpu_reset", gpu=index)
-    except (InjectError, OSError, ValueError) as exc:
-        return GpuReset(index, bus_id, ResetOutcome.FAILED, str(exc))
-    return GpuReset(index, bus_id, ResetOutcome.RESET, said)
+    done, said = simulated_gpu_reset(config, node, index)
+    return GpuReset(index, bus_id, ResetOutcome.RESET if done else ResetOutcome.FAILED, said)
 
 
 def _first_line(text: str) -> str:
