@@ -100,7 +100,7 @@ def _token(regex: str, i: int) -> tuple[str, int]:
     return char, 1
 
 
-_NEEDLES: dict[str, tuple[str, ...]] = {s.name: needles_of(s.pattern.pattern) for s in SIGNATURES}
+_NEEDLES: dict[str, tuple[str, ...]] = {s.name: needles_of(s.regex) for s in SIGNATURES}
 _ALL_NEEDLES = tuple(sorted({n for ns in _NEEDLES.values() for n in ns}))
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from slurm_triage.attribution.tiers import Tier
 from slurm_triage.taxonomy import Cause
@@ -27,12 +28,19 @@ class Signature:
     name: str
     cause: Cause
     role: Tier
-    pattern: re.Pattern[str]
+    regex: str
     precedence: int = 0
+
+    @cached_property
+    def pattern(self) -> re.Pattern[str]:
+        # Compiled on first use: ~65 compiles cost every importer (the EpilogSlurmctld's
+        # decision, the Prolog's kernel check) ~15 ms, and a scan searches only the
+        # signatures whose needles a line holds, so most are never compiled (issue 20).
+        return re.compile(self.regex)
 
 
 def _sig(name: str, cause: Cause, role: Tier, regex: str, precedence: int = 0) -> Signature:
-    return Signature(name, cause, role, re.compile(regex), precedence)
+    return Signature(name, cause, role, regex, precedence)
 
 
 _C = Cause
@@ -410,7 +418,7 @@ _CANCELLED = next(s for s in SIGNATURES if s.name == "slurm.cancelled")
 # Not scanned for: what logscan calls a cancel banner that follows a task failure in the same
 # log (srun ends the rest, or someone cancels a job that has already failed): collateral.
 CANCELLED_AFTER_FAILURE = Signature(
-    "slurm.cancelled_after_task_failure", _C.UNKNOWN, Tier.EXIT, _CANCELLED.pattern
+    "slurm.cancelled_after_task_failure", _C.UNKNOWN, Tier.EXIT, _CANCELLED.regex
 )
 BY_NAME: dict[str, Signature] = {s.name: s for s in (*SIGNATURES, CANCELLED_AFTER_FAILURE)}
 # srun's lines for a task that ended by itself (not killed after another), strongest first.

@@ -315,3 +315,31 @@ def test_a_pattern_without_a_usable_literal_is_rejected():
 
     with pytest.raises(ValueError, match="no literal"):
         needles_of(r"good literal|\d+ ab")
+
+
+def test_signatures_compile_on_first_use_only():
+    """Importing the tables compiles no regex (every EpilogSlurmctld and classify pays for
+    the import); a scan compiles only the signatures whose needles its lines hold, and every
+    signature still compiles (issue 20)."""
+    import json
+    import subprocess
+    import sys
+
+    from slurm_triage.attribution import SIGNATURES
+
+    code = (
+        "import json\n"
+        "from slurm_triage.attribution.signatures import SIGNATURES\n"
+        "from slurm_triage.attribution.matcher import scan_text\n"
+        "before = [s.name for s in SIGNATURES if 'pattern' in vars(s)]\n"
+        "hits = [s.name for _, s, _ in scan_text("
+        "'x\\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\\n')]\n"
+        "after = [s.name for s in SIGNATURES if 'pattern' in vars(s)]\n"
+        "print(json.dumps([before, hits, after]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, hits, after = json.loads(done.stdout)
+    assert before == []
+    assert hits and set(hits) <= set(after)
+    assert len(after) < len(SIGNATURES) // 4
+    assert all(sig.pattern.pattern == sig.regex for sig in SIGNATURES)
