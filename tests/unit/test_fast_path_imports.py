@@ -46,6 +46,9 @@ NOT_ON_NODE = (
     "slurm_triage.cli.analytics_cmd",
     "slurm_triage.cli.twin_cmd",
     "slurm_triage.cli.devcluster_cmd",
+    # secrets (hashlib, hmac, random) for one random name a squatted job directory needs.
+    "secrets",
+    "hashlib",
 )
 # A Prolog on a node that passes does not attribute anything.
 NOT_IN_PROLOG = ("slurm_triage.attribution.engine", "slurm_triage.attribution.signatures")

@@ -5,7 +5,6 @@ starts, whatever another user planted at that name in the shared 1777 evidence d
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 from contextlib import suppress
 
@@ -34,7 +33,9 @@ def prepare_job_dir(evidence_dir: str, job_id: int, uid: int, gid: int) -> str |
             if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid in (uid, os.geteuid()):
                 break
             if st is not None:
-                aside = f".squatted.{job_id}.{secrets.token_hex(4)}"
+                # secrets.token_hex(4) is this (os.urandom); importing secrets costs every
+                # Prolog ~8 ms (hashlib, hmac, random) for a name picked almost never.
+                aside = f".squatted.{job_id}.{os.urandom(4).hex()}"
                 with suppress(FileNotFoundError):  # another node's prolog moved it first
                     os.rename(name, aside, src_dir_fd=base, dst_dir_fd=base)
                     moved = aside
