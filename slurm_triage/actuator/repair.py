@@ -14,6 +14,10 @@ What each does in Slurm (read from SchedMD's source, 22.05 and 25.11 alike):
 - `request_gpu_reset`: drains the node with `reason` (`triage: repairing gpu_reset ...`);
   the node's own HealthCheckProgram resets the GPU when the node is idle (root on the node:
   the controller cannot) and rewrites the reason.
+- `finish_gpu_reset`: run by that health check once the GPUs are reset and the full screen
+  passes: the same drain with the reason `triage: burn-in pending <subject>`
+  (`scontrol update State=DRAIN Reason=...` on a drained node changes only its reason), so
+  reconcile starts the burn-in.
 - `start_burn_in`: `scontrol create reservation` of the node alone from now
   (Flags=MAINT,IGNORE_JOBS; Slurm adds SPEC_NODES), so that only jobs asking for it run
   there; `scontrol update State=RESUME` (a drained, or DOWN after a reboot, node); then
@@ -59,6 +63,7 @@ SUSPECT_FEATURE = "triage_suspect"
 class RepairAction(enum.StrEnum):
     REBOOT = "reboot"
     GPU_RESET = "gpu_reset"
+    GPU_RESET_DONE = "gpu_reset_done"
     START_BURN_IN = "start_burn_in"
     END_BURN_IN = "end_burn_in"
     RMA = "rma"
@@ -138,6 +143,12 @@ def reboot_node(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> Re
 def request_gpu_reset(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
     """Drain the node with the reason that asks its HealthCheckProgram for a GPU reset."""
     return _drain(RepairAction.GPU_RESET, door, node, reason, dry_run=dry_run)
+
+
+def finish_gpu_reset(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
+    """The node reset its GPUs and passed its screen: the reason becomes `reason` (burn-in
+    pending), the node stays drained."""
+    return _drain(RepairAction.GPU_RESET_DONE, door, node, reason, dry_run=dry_run)
 
 
 def send_to_rma(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:

@@ -60,9 +60,9 @@ def register(sub: Any) -> None:
 
 def _check(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage.health_checks import registry
-    from slurm_triage.health_checks.runner import run_checks
+    from slurm_triage.health_checks.runner import node_name, run_checks
     from slurm_triage.policies.nodes import NodeOutcome
-    from slurm_triage.prolog_epilog.healthcheck import record
+    from slurm_triage.prolog_epilog.healthcheck import record, reset_if_asked, settle_repair
     from slurm_triage.prolog_epilog.node_action import act
     from slurm_triage.slurm import SlurmError
 
@@ -73,6 +73,9 @@ def _check(args: argparse.Namespace, context: Any) -> int:
             )
         return 0
     config = context.config()
+    full = args.all and not args.only
+    # A full screen does the GPU reset reconcile asked for first, as HealthCheckProgram does.
+    repair = reset_if_asked(config, node_name(args.node), dry_run=args.dry_run) if full else None
     try:
         report = run_checks(
             config,
@@ -86,6 +89,7 @@ def _check(args: argparse.Namespace, context: Any) -> int:
         raise TriageError(str(exc)) from None
     if not args.dry_run:  # a dry run changes nothing, on this host either
         record(config, report)
+    repair = settle_repair(config, repair, report, dry_run=args.dry_run)
     decision = act(config, report, may_resume=args.all and not args.only, dry_run=args.dry_run)
     if args.json:
         print(
@@ -99,11 +103,14 @@ def _check(args: argparse.Namespace, context: Any) -> int:
                         "dry_run": decision.dry_run,
                         "detail": decision.detail,
                     },
+                    "gpu_repair": repair.to_dict() if repair else None,
                 }
             )
         )
     else:
         _table(report, decision, sys.stdout.isatty())
+        if repair is not None:
+            print(f"gpu repair: {repair.outcome.value} {repair.reason} {repair.detail}".rstrip())
     if decision.outcome is NodeOutcome.SLURM_ERROR:
         # The node may be serving jobs it should not (or stay drained for nothing): a
         # monitoring system running `check` must see this run did not do its job.

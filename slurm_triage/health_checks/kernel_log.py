@@ -12,14 +12,14 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_triage.attribution.kernel import parse_kernel_file, parse_kernel_lines
 from slurm_triage.attribution.xid import NodeAction, lookup
 from slurm_triage.config import HealthConfig
 from slurm_triage.evidence import KernelEvent, KernelEventKind
-from slurm_triage.health_checks import app_xids
+from slurm_triage.health_checks import app_xids, gpu_resets
 from slurm_triage.health_checks.result import Action, CheckResult, Severity, fail, ok, warn
 
 MAX_KMSG_RECORDS = 200_000
@@ -135,18 +135,21 @@ def check_xid(
     config: HealthConfig,
     now: float,
     app_xid_claims: Sequence[app_xids.Claim] = (),
+    gpu_resets: Mapping[str, float] | None = None,
     **_: Any,
 ) -> CheckResult:
     """XIDs in the window, judged by the XID catalogue: fatal ones fail the node (the one that
     asks the most wins: reboot over reset), application ones only when they come from
-    `app_xid_repeats` distinct jobs on one GPU (app_xids). Undated lines only warn."""
+    `app_xid_repeats` distinct jobs on one GPU (app_xids). Undated lines only warn. An XID
+    that a GPU reset repairs, logged before that GPU's last reset (`gpu_resets`, the
+    health_checks.gpu_resets ledger), is repaired history."""
     name = "gpu.xid"
     recent = _latest_recovery_only(_recent(events, now, config.kernel_window_s))
     worst: CheckResult | None = None
     warning: CheckResult | None = None
     for event in reversed(recent):  # newest first: among equals the newest is reported
         result = _node_fault(event)
-        if result is None:
+        if result is None or _reset_since(event, result, gpu_resets or {}):
             continue
         if not result.failed:
             warning = warning or result
@@ -183,6 +186,14 @@ def check_xid(
         xids_seen=len([e for e in recent if e.event is KernelEventKind.XID]),
         app_xid_bursts=len(found),
     )
+
+
+def _reset_since(event: KernelEvent, result: CheckResult, resets: Mapping[str, float]) -> bool:
+    """The fault asks for a GPU reset and that GPU was reset after it was logged."""
+    if result.action is not Action.RESET_GPU or event.time is None:
+        return False
+    key = gpu_resets.gpu_key(event.pci_bus_id)
+    return key is not None and key in resets and event.time <= resets[key]
 
 
 def _weight(result: CheckResult) -> tuple[int, int]:

@@ -22,7 +22,16 @@ from slurm_triage.atomic import write_atomically
 from slurm_triage.config import Config, HealthConfig, node_path
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
 from slurm_triage.gpu_ids import JobScope
-from slurm_triage.health_checks import aer, app_xids, gpu, infiniband, kernel_log, mounts, registry
+from slurm_triage.health_checks import (
+    aer,
+    app_xids,
+    gpu,
+    gpu_resets,
+    infiniband,
+    kernel_log,
+    mounts,
+    registry,
+)
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.registry import CheckSpec
@@ -174,6 +183,10 @@ class Run:
             # Which job each application-XID burst belongs to, as the Epilogs recorded it.
             "app_xid_claims": app_xids.read_claims(
                 app_xids.ledger_path(self.config.paths.state_dir, self.node)
+            ),
+            # When this node's own health check last reset each GPU (gpu_repair).
+            "gpu_resets": gpu_resets.read_resets(
+                gpu_resets.ledger_path(self.config.paths.state_dir, self.node)
             ),
         }
         results: list[CheckResult] = []

@@ -175,9 +175,11 @@ def reboot_reason(subject: str) -> str:
     return _clip(f"{DRAIN_PREFIX}repairing reboot {_subject(subject) or 'unknown'}")
 
 
-def gpu_reset_reason(gpus: Sequence[int], subject: str) -> str:
+def gpu_reset_reason(gpus: Sequence[int], subject: str, note: str = "") -> str:
+    """`note` (after the subject, never read back): why the node's own reset did not work."""
     which = ",".join(str(g) for g in sorted(set(gpus))[:64]) if gpus else "all"
-    return _clip(f"{DRAIN_PREFIX}repairing gpu_reset gpu={which} {_subject(subject) or 'unknown'}")
+    subject = _subject(subject) or "unknown"
+    return _clip(f"{DRAIN_PREFIX}repairing gpu_reset gpu={which} {subject} {note}")
 
 
 def burn_in_pending_reason(subject: str, note: str = "") -> str:
