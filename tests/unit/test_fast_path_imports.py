@@ -143,3 +143,19 @@ def test_epilog_and_decision_imports(tmp_path: Path, module: str) -> None:
     code = f"import slurm_triage.prolog_epilog.entry, {module}\n"
     denied = NEVER + (NOT_IN_DECISION if module.endswith(".decide") else ())
     assert _present(_imported(code, tmp_path, {}), denied) == []
+
+
+def test_classify_of_a_job_log_reads_no_kernel_tables(tmp_path: Path) -> None:
+    """`slurm-triage classify --log ...` without a kernel log imports neither the kernel-log
+    parser nor its line formats (~35 regexes compiled at import)."""
+    log = tmp_path / "job.out"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    code = (
+        "from slurm_triage.cli.main import main\n"
+        "try:\n"
+        f"    main(['classify', '--state', 'FAILED', '--exit-code', '1', '--log', 'n1={log}'])\n"
+        "except SystemExit:\n    pass\n"
+    )
+    modules = _imported(code, tmp_path, {})
+    assert "slurm_triage.attribution.engine" in modules
+    assert _present(modules, NEVER + ("slurm_triage.attribution.kernel",)) == []
