@@ -55,6 +55,7 @@ def build_bundle(
             for d in decisions
             if node in d.blamed
         ],
+        "burn_in_evidence": _burn_in_facts(config, node, burn_in_jobs),
         "repair_history": [s.to_dict() for s in steps],
     }
 
@@ -101,6 +102,33 @@ def _evidence_on(evidence: Any, node: str) -> list[Any]:
         for f in facts
         if isinstance(f, dict) and f.get("node") == node and f.get("kind") in _FACT_KINDS
     ][:100]
+
+
+def _burn_in_facts(config: Config, node: str, jobs: list[int]) -> list[Any]:
+    """What root recorded on the node for its burn-in jobs: the failed checks and kernel
+    events, with their times and PCI ids. A burn-in on a broken node usually fails in the
+    Prolog's screen, before the burn-in command runs, so this is often the only record."""
+    from slurm_triage.evidence.store.root_records import read_root_file
+
+    found: list[Any] = []
+    for job_id in sorted(set(jobs)):
+        for suffix in (".prolog.json", ".json"):
+            data = read_root_file(config.paths.evidence_dir, str(job_id), f"{node}{suffix}")
+            try:
+                record = json.loads(data) if data is not None else None
+            except ValueError:
+                continue
+            facts = record.get("facts") if isinstance(record, dict) else None
+            if isinstance(facts, list):
+                found.extend(
+                    {"job_id": job_id, **f}
+                    for f in facts
+                    if isinstance(f, dict)
+                    and f.get("node") == node
+                    and f.get("kind") in _FACT_KINDS
+                    and f.get("status", "FAIL") != "OK"
+                )
+    return found[:200]
 
 
 def _gpus(config: Config, node: str, jobs: list[int]) -> list[Any]:

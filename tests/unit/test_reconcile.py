@@ -216,3 +216,22 @@ def test_the_cli_prints_reconciles_and_releases(
     assert "nothing to release" in capsys.readouterr().err
     assert main(["nodes", "release", "node1;reboot"]) == 2
     assert main(["nodes", "--dry-run"]) == 2
+
+
+def test_the_bundle_carries_what_root_recorded_for_the_burn_in_jobs(tmp_path: Path) -> None:
+    """A burn-in on a broken node fails in the Prolog's screen (seen on the dev cluster):
+    the bundle carries that record's failed checks, with times and PCI ids; passing checks
+    and other nodes' facts stay out."""
+    from slurm_triage.cli.rma_bundle import _burn_in_facts
+    from slurm_triage.evidence.store.root_records import write_root_file
+
+    config = _config(tmp_path)
+    failed = {"kind": "health_check", "node": "node3", "time": 1.0, "check": "gpu.lost",
+              "status": "FAIL", "reason": "GPU1 00000000:2A:00.0 GPU is lost"}  # fmt: skip
+    passed = {**failed, "check": "fs.mounts", "status": "OK"}
+    other = {**failed, "node": "node4"}
+    record = {"facts": [failed, passed, other]}
+    write_root_file(
+        config.paths.evidence_dir, "12", "node3.prolog.json", json.dumps(record).encode()
+    )
+    assert _burn_in_facts(config, "node3", [12, 12, 13]) == [{"job_id": 12, **failed}]

@@ -1,0 +1,130 @@
+"""Issue 16 on the real local cluster: the node lifecycle through slurmctld's own reboot and
+a real burn-in job. XID 79 on node2 → drained by its health check → `nodes reconcile`
+reboots it (the dev cluster's RebootProgram restarts its slurmd) → burn-in job in a
+maintenance reservation passes → node2 back in service; a node whose fault survives reboots
+fails its burn-in until it goes to RMA with its evidence bundle."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from slurm_triage.slurm import open_door
+from tests.integration.slurmtest import env, sbatch, scontrol, wait_for
+
+pytestmark = pytest.mark.integration
+
+REPAIR = "\n[repair]\nenabled = true\nrma_after_cycles = 2\nmax_share_in_repair = 0.7\n"
+
+
+def triage(layout, *args: str, node: str | None = None) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    e = env(layout) | ({"SLURMD_NODENAME": node} if node else {})
+    return subprocess.run(list(args), env=e, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def repair(devcluster) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """The cluster with `[repair] enabled`, put back as it was afterwards."""
+    conf = devcluster.triage_conf
+    before = conf.read_text()
+    conf.write_text(before + REPAIR)
+    door = open_door(env=env(devcluster), timeout_s=15, backend=devcluster.backend)
+    try:
+        yield door
+    finally:
+        conf.write_text(before)
+        for node in ("node2", "node3"):
+            triage(devcluster, "slurm-triage", "inject", "--node", node, "clear")
+            for res in door.reservations():
+                if res.name.startswith("triage_burnin_"):
+                    scontrol(devcluster, "delete", f"ReservationName={res.name}")
+            wait_for(lambda n=node: not door.node(n).reboot_pending, 60, f"{node} rebooted")
+            info = door.node(node)
+            if info.state == "DOWN" or info.drained:
+                scontrol(devcluster, "update", f"nodename={node}", "state=resume")
+            wait_for(lambda n=node: door.node(n).responding, 60, f"{node} in service")
+
+
+def reconcile_until(layout, node: str, state: str, timeout_s: float = 120) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Run `nodes reconcile` as the timer would (every few seconds here) until `node` is in
+    `state`; the passes' rows for that node."""
+    seen: list[dict] = []
+
+    def reached() -> bool:
+        out = triage(layout, "slurm-triage", "nodes", "reconcile", "--json")
+        assert out.returncode in (0, 3), out.stderr
+        row = next(n for n in json.loads(out.stdout)["nodes"] if n["node"] == node)
+        assert not row["errors"], row
+        if row["action"] != "none" or not seen:
+            seen.append(row)
+        return row["state"] == state and row["action"] == "none"
+
+    wait_for(reached, timeout_s, f"{node} {state}", interval_s=2)
+    return seen
+
+
+def test_xid_79_node_is_rebooted_burned_in_and_returned(devcluster, repair) -> None:  # type: ignore[no-untyped-def]
+    door = repair
+    triage(devcluster, "slurm-triage", "inject", "--node", "node2", "xid=79", "--gpu", "3")
+    assert triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2").returncode == 0
+    assert door.node("node2").reason.startswith("triage: gpu.lost GPU3")
+    # With repair enabled the periodic check returns nothing by itself, even once it passes.
+    triage(devcluster, "slurm-triage", "inject", "--node", "node2", "clear")
+    triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2")
+    assert door.node("node2").drained
+    triage(devcluster, "slurm-triage", "inject", "--node", "node2", "xid=79", "--gpu", "3")
+
+    rows = reconcile_until(devcluster, "node2", "healthy")
+    steps = [r["action"] for r in rows]
+    done = [s for s in steps if s != "none"]
+    assert done == ["reboot", "start_burn_in", "return_to_service"], rows
+    node = door.node("node2")
+    assert not node.drained and node.state != "DOWN"
+    assert not [r for r in door.reservations() if r.name == "triage_burnin_node2"]
+
+    shown = json.loads(triage(devcluster, "slurm-triage", "nodes", "--json", "node2").stdout)
+    row = shown["nodes"][0]
+    assert row["state"] == "healthy" and row["repair_cycles"] == 1
+    history = sorted(row["history"], key=lambda h: h["at"])
+    assert [h["action"] for h in history if h["action"] != "none"] == [
+        "reboot",
+        "start_burn_in",
+        "return_to_service",
+    ]
+    # A job lands on node2 again.
+    job = sbatch(devcluster, "-N1", "-w", "node2", "--wrap", "true")
+    wait_for(lambda: door.job(job).state.finished, 60, "a job on node2")
+
+
+def test_a_fault_that_survives_reboots_goes_to_rma_with_its_bundle(devcluster, repair) -> None:  # type: ignore[no-untyped-def]
+    door = repair
+    injected = triage(
+        devcluster, "slurm-triage", "inject", "--node", "node3", "xid=79", "--gpu", "1",
+        "--persistent",
+    )  # fmt: skip
+    assert injected.returncode == 0, injected.stderr
+    triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node3")
+    rows = reconcile_until(devcluster, "node3", "rma", timeout_s=240)
+    actions = [r["action"] for r in rows]
+    assert actions.count("reboot") == 2 and actions.count("fail_burn_in") == 1
+    assert "send_to_rma" in actions
+    bundle_path = next(r["bundle"] for r in rows if r["bundle"])
+    with open(bundle_path) as fh:
+        bundle = json.load(fh)
+    assert bundle["node"] == "node3" and bundle["slurm"]["name"] == "node3"
+    assert [h["action"] for h in bundle["repair_history"]].count("reboot") == 2
+    lost = [f for f in bundle["burn_in_evidence"] if f.get("check") == "gpu.lost"]
+    assert lost and "00000000:2A:00.0" in lost[0]["reason"] and lost[0]["time"]
+    node = door.node("node3")
+    assert node.drained and node.reason.startswith("triage: rma ")
+    # Out for good: more passes and a passing check change nothing.
+    triage(devcluster, "slurm-triage", "inject", "--node", "node3", "clear")
+    triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node3")
+    triage(devcluster, "slurm-triage", "nodes", "reconcile")
+    assert door.node("node3").reason.startswith("triage: rma ")
+    released = triage(devcluster, "slurm-triage", "nodes", "release", "node3")
+    assert released.returncode == 0, released.stderr
+    reconcile_until(devcluster, "node3", "healthy", timeout_s=120)
