@@ -8,10 +8,15 @@
    the bad node, Slurm drains it and restarts the job on the others within a second.
 2. A user bug (KeyError) is recorded and not requeued.
 3. A node that keeps failing jobs is flagged as a lemon.
+4. With `[repair] enabled`: XID 79 on node2 → drained → `nodes reconcile` reboots it (the
+   dev cluster's RebootProgram) → burn-in passes → node2 back in service; a fault that
+   survives reboots (inject --persistent) fails burn-in until node3 goes to RMA with its
+   evidence bundle.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -265,6 +270,63 @@ def scenario_lemon(demo: Demo) -> None:
     demo.show("slurm-triage", "lemons")
 
 
+def _reconcile_until(
+    demo: Demo, node: str, state: str, timeout_s: float
+) -> list[dict[str, object]]:
+    """`nodes reconcile` as its timer would run it (every 2 s here) until `node` is in
+    `state`; each step taken is told as it happens."""
+    taken: list[dict[str, object]] = []
+
+    def reached() -> bool:
+        out = subprocess.run(
+            ["slurm-triage", "nodes", "reconcile", "--json"],
+            env=demo.env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if out.returncode not in (0, 3):
+            raise TriageError(f"nodes reconcile failed: {out.stderr.strip()[-300:]}")
+        row = next(n for n in json.loads(out.stdout)["nodes"] if n["node"] == node)
+        if row["action"] != "none":
+            taken.append(row)
+            STORY.step(f"reconcile: {node} {row['state']} -> {row['action']}: {row['reason']}")
+        if row["state"] == state and row["action"] == "none":
+            return True
+        time.sleep(2)
+        return False
+
+    _wait(reached, timeout_s, f"{node} {state}")
+    return taken
+
+
+def scenario_repair(demo: Demo) -> None:
+    STORY.begin("a drained node is repaired, burned in and returned; a broken one goes to RMA")
+    conf = demo.layout.triage_conf
+    before = conf.read_text()
+    conf.write_text(before + "\n[repair]\nenabled = true\nrma_after_cycles = 2\n"
+                    "max_share_in_repair = 0.7\n")  # fmt: skip
+    healthcheck = str(demo.layout.hooks / "healthcheck")
+    try:
+        inject(NodeEstate(demo.layout.simulate_root, "node2"), "xid", 79, gpu=3)
+        subprocess.run([healthcheck], env=demo.env | {"SLURMD_NODENAME": "node2"}, timeout=120)
+        STORY.step(f"XID 79 on node2; its health check drains it: {demo.door.node('node2').reason}")
+        _reconcile_until(demo, "node2", "healthy", 180)
+        STORY.step(f"node2 {demo.door.node('node2').label}: back in service")
+        estate = NodeEstate(demo.layout.simulate_root, "node3")
+        inject(estate, "xid", 79, gpu=1, persistent=True)
+        subprocess.run([healthcheck], env=demo.env | {"SLURMD_NODENAME": "node3"}, timeout=120)
+        STORY.step("XID 79 on node3 that every reboot brings back (inject --persistent)")
+        rows = _reconcile_until(demo, "node3", "rma", 300)
+        bundle = next((str(r["bundle"]) for r in rows if r.get("bundle")), "")
+        STORY.step(f"node3: {demo.door.node('node3').reason}; evidence bundle {bundle}")
+        demo.show("slurm-triage", "nodes")
+    finally:
+        conf.write_text(before)
+        inject(NodeEstate(demo.layout.simulate_root, "node3"), "clear")
+        for res in demo.door.reservations():
+            if res.name.startswith("triage_burnin_"):
+                subprocess.run(["scontrol", "delete", f"ReservationName={res.name}"],
+                               env=demo.env, timeout=30, check=False)  # fmt: skip
+
+
 def main() -> int:
     setup_logging(LoggingConfig(level="warning"))
     layout = cluster.default_layout()  # $SLURM_TRIAGE_DEVCLUSTER_SLURM (make demo SLURM=25.11)
@@ -279,7 +341,7 @@ def main() -> int:
         f"  setup: up in {time.monotonic() - started:.0f} s: Slurm {demo.door.slurm_version()}, "
         f"door backend {demo.door.name}; jobs run as {JOB_USER}, slurmctld as slurm"
     )
-    STORY.scenarios = 4 if demo.layout.slurm != "22.05" else 3
+    STORY.scenarios = 5 if demo.layout.slurm != "22.05" else 4
     demo.reset()
     try:
         scenario_gpu_lost(demo)
@@ -289,6 +351,8 @@ def main() -> int:
             demo.reset()
         scenario_user_bug(demo)
         scenario_lemon(demo)
+        demo.reset()
+        scenario_repair(demo)
     finally:
         demo.reset()
         shutil.rmtree(demo.workdir, ignore_errors=True)
