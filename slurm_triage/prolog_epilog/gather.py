@@ -186,16 +186,22 @@ def gather_context(
     may_exclude = bool(attribution.nodes) and (
         info(attribution.cause).action is Action.REQUEUE_EXCLUDE
     )
-    view = job_view(door, run.job, env, needs_nodes=may_exclude)
+    view = job_view(door, run.job, env, needs_nodes=may_exclude, allocation=run.end.nodes)
     return Context(view, tuple(history), earlier, events)
 
 
 def job_view(
-    door: SlurmDoor, job: JobInfo, env: Mapping[str, str], *, needs_nodes: bool
+    door: SlurmDoor,
+    job: JobInfo,
+    env: Mapping[str, str],
+    *,
+    needs_nodes: bool,
+    allocation: tuple[str, ...] = (),
 ) -> JobView:
     """The job as the policies see it. The partition's usable nodes (a cluster-wide sinfo)
     are read only when `needs_nodes`: when nothing can be excluded the must-fit rule has no
-    use for them."""
+    use for them. `allocation`: the run's nodes as EpilogSlurmctld was told them
+    (SLURM_JOB_NODELIST), the whole allocation whatever slurmctld shows by then."""
     usable: tuple[str, ...] = ()
     try:
         if needs_nodes:
@@ -211,8 +217,9 @@ def job_view(
         user=job.user,
         partition=job.partition,
         # While a job is COMPLETING, slurmctld's node count drops as each node finishes its
-        # Epilog; the node list keeps the whole allocation the restart must fit.
-        num_nodes=max(job.num_nodes, len(job.nodes), 1),
+        # Epilog, and on a loaded 22.05 its node list did too (a 3-node job read as fitting
+        # on 2 nodes); the environment's node list is the whole allocation.
+        num_nodes=max(job.num_nodes, len(job.nodes), len(allocation), 1),
         requeue=job.requeue,
         batch=job.batch,
         restart_count=job.restart_count,

@@ -601,6 +601,21 @@ def test_a_completing_jobs_shrinking_node_count_still_must_fit(tmp_path: Path) -
     assert cluster.row().excluded == ()
 
 
+def test_a_completing_jobs_shrinking_node_list_still_must_fit(tmp_path: Path) -> None:
+    """Seen in CI on a loaded 22.05: by the time the decision read the COMPLETING job, its
+    node list had shrunk as well as its count, and a 2-node job read as a 1-node one was
+    requeued excluding node2 where it no longer fits. The environment's node list
+    (SLURM_JOB_NODELIST: node1,node2) is the allocation that must fit."""
+    cluster = Cluster(tmp_path)
+    door = cluster.door
+    door.node_table = {n: door.node_table[n] for n in ("node1", "node2")}
+    cluster.root_record("node2", xid79("node2"))
+    door.end_job(JOB, "FAILED", exit_code=1)
+    door.jobs[JOB] = replace(door.jobs[JOB], num_nodes=1, nodes=("node1",))
+    cluster.decide(restart=0, exit_code=1, exit_signal=0)
+    assert cluster.row().excluded == ()
+
+
 def test_the_hook_reads_the_job_from_the_controller_once(cluster: Cluster) -> None:
     """EpilogSlurmctld looks at the job once (is it an expedited failure?) and the decision
     starts from that read: one `scontrol show job` per job end, not two."""
