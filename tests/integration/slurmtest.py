@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from slurm_triage.devcluster import cluster
@@ -17,6 +18,34 @@ T = TypeVar("T")
 
 def env(layout: ClusterLayout) -> dict[str, str]:
     return cluster.client_env(layout)
+
+
+def run(
+    layout: ClusterLayout, *argv: str, node: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """A command with the cluster's environment, as root; `node`: as that node's slurm.conf
+    programs see it ($SLURMD_NODENAME)."""
+    e = env(layout) | ({"SLURMD_NODENAME": node} if node else {})
+    return subprocess.run(list(argv), env=e, capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def triage_config(
+    layout: ClusterLayout, extra: str, replace: dict[str, str] | None = None
+) -> Iterator[None]:
+    """The cluster's slurm-triage config with `extra` appended (and `replace`'s texts
+    replaced) while the block runs; as it was afterwards. Every program reads it anew."""
+    conf = layout.triage_conf
+    before = conf.read_text()
+    text = before
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    conf.write_text(text + extra)
+    try:
+        yield
+    finally:
+        conf.write_text(before)
 
 
 def as_job_user(argv: list[str]) -> list[str]:

@@ -8,16 +8,12 @@ import subprocess
 import pytest
 
 from slurm_triage.slurm import JobState, open_door
-from tests.integration.slurmtest import env, sbatch, wait_for
+from tests.integration.slurmtest import env, run, sbatch, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def _triage(layout, *args: str, node: str | None = None) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
-    e = env(layout)
-    if node:
-        e["SLURMD_NODENAME"] = node
-    return subprocess.run(list(args), env=e, capture_output=True, text=True, timeout=60)
+_triage = run
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurm_triage.devcluster import demo as demo_module
 from slurm_triage.devcluster.config_files import SLURM_USER
-from tests.integration.slurmtest import env, wait_for
+from tests.integration.slurmtest import env, triage_config, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -56,13 +56,10 @@ def webhook(devcluster) -> Iterator[Webhook]:  # type: ignore[no-untyped-def]
     url_file.write_text(hook.url + "\n")
     url_file.chmod(0o640)
     shutil.chown(url_file, "root", SLURM_USER)
-    conf = devcluster.triage_conf
-    before = conf.read_text()
-    conf.write_text(before + f'\n[notify]\nwebhook_url_file = "{url_file}"\n')
     try:
-        yield hook
+        with triage_config(devcluster, f'\n[notify]\nwebhook_url_file = "{url_file}"\n'):
+            yield hook
     finally:
-        conf.write_text(before)
         url_file.unlink(missing_ok=True)
         hook.server.shutdown()
 

@@ -5,20 +5,17 @@ come back), so the repair loop is tested against slurmctld's own reboot handling
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from slurm_triage.slurm import open_door
-from tests.integration.slurmtest import env, scontrol, wait_for
+from tests.integration.slurmtest import env, run, scontrol, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def _triage(layout, *args: str) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        ["slurm-triage", *args], env=env(layout), capture_output=True, text=True, timeout=60
-    )
+def _triage(layout, *args: str):  # type: ignore[no-untyped-def]
+    return run(layout, "slurm-triage", *args)
 
 
 @pytest.fixture
@@ -47,14 +44,7 @@ def _reboot_and_wait(layout, door) -> str:  # type: ignore[no-untyped-def]
 
 
 def _failed(layout) -> set[str]:  # type: ignore[no-untyped-def]
-    e = env(layout) | {"SLURMD_NODENAME": "node3"}
-    out = subprocess.run(
-        ["slurm-triage", "check", "--all", "--json", "--dry-run", "--node", "node3"],
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = _triage(layout, "check", "--all", "--json", "--dry-run", "--node", "node3")
     results = json.loads(out.stdout)["results"]
     return {r["check"] for r in results if r["status"] == "FAIL"}
 

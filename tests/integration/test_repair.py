@@ -7,41 +7,35 @@ fails its burn-in until it goes to RMA with its evidence bundle."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from slurm_triage.slurm import open_door
-from tests.integration.slurmtest import env, sbatch, scontrol, wait_for
+from tests.integration.slurmtest import env, run, sbatch, scontrol, triage_config, wait_for
 
 pytestmark = pytest.mark.integration
 
 REPAIR = "\n[repair]\nenabled = true\nrma_after_cycles = 2\nmax_share_in_repair = 0.7\n"
 
 
-def triage(layout, *args: str, node: str | None = None) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
-    e = env(layout) | ({"SLURMD_NODENAME": node} if node else {})
-    return subprocess.run(list(args), env=e, capture_output=True, text=True, timeout=120)
+def triage(layout, *args: str, node: str | None = None):  # type: ignore[no-untyped-def]
+    return run(layout, *args, node=node, timeout=120)
 
 
 @pytest.fixture
 def repair(devcluster) -> Iterator[object]:  # type: ignore[no-untyped-def]
     """The cluster with `[repair] enabled`, put back as it was afterwards."""
-    conf = devcluster.triage_conf
-    before = conf.read_text()
     # A journal of its own: the session's other tests blamed these nodes before (lemon and
     # suspect history), which would change the lifecycle this test follows.
     main = str(devcluster.state_dir / "journal.sqlite")
     own = devcluster.state_dir / "journal-repair.sqlite"
     own.unlink(missing_ok=True)
-    assert main in before
-    conf.write_text(before.replace(main, str(own)) + REPAIR)
     door = open_door(env=env(devcluster), timeout_s=15, backend=devcluster.backend)
     try:
-        yield door
+        with triage_config(devcluster, REPAIR, replace={main: str(own)}):
+            yield door
     finally:
-        conf.write_text(before)
         own.unlink(missing_ok=True)
         for node in ("node2", "node3"):
             triage(devcluster, "slurm-triage", "inject", "--node", node, "clear")
