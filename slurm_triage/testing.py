@@ -391,13 +391,12 @@ class FakeDoor(SlurmDoor):
             restart_count=job.restart_count + 1,
             start_time=None,
         )
-        # An eligible job gets a new (pending) record in accounting. A held one has no
-        # eligible time, so slurmctld sends none: `sacct -X` keeps showing the ended run as
-        # REQUEUED, and `sacctmgr modify job` changes that record (seen on 22.05).
-        if hold and job_id in self.accounting:
+        # slurmctld sends the next run's record only once the job is eligible (a held one
+        # never is; a requeued one waits for its begin time): until then `sacct -X` shows the
+        # ended run as REQUEUED, and `sacctmgr modify job` changes that record (seen on 22.05,
+        # also for a job cancelled while it waited: no later record is written).
+        if job_id in self.accounting:
             self.accounting[job_id] = replace(self.accounting[job_id], state=JobState.REQUEUED)
-        else:
-            self.accounting.pop(job_id, None)
 
     def hold(self, job_id: int) -> None:
         self._enter("hold", job_id)

@@ -207,10 +207,13 @@ def _comment(
     included): then the ended form goes to the run's record in accounting. A held job has no
     eligible time, so slurmctld does not send its record (nor the comment) to accounting
     until it is released (seen on 22.05: sacct shows the REQUEUED record without it): the
-    ended form goes there too, so `sacct -o AdminComment` tells why it waits."""
+    ended form goes there too, so `sacct -o AdminComment` tells why it waits. A requeued job
+    is the same until it starts again (its REQUEUED record is written before our comment, its
+    next one only once it is eligible, so one cancelled while it waits is never written
+    again: seen on 22.05), so the failed run's record gets the ended form as well."""
     try:
         door.set_admin_comment(job_id, summary)
-        if held:
+        if held or requeued:
             door.set_accounted_admin_comment(job_id, ended)
     except InvalidJobState:
         if requeued:

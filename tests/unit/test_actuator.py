@@ -57,6 +57,10 @@ def test_steps_run_in_slurms_order(door: FakeDoor) -> None:
                 '"n":3,"excluded":["node2"]}}',
             ),
         ),
+        Call(
+            "set_accounted_admin_comment",
+            (JOB, "triage: cause=gpu_unavailable action=requeue nodes=node2 n=3"),
+        ),
     ]
     assert applied == Applied(requeued=True, excluded=("node2",), drained=("node2",))
     assert applied.ok and door.node("node2").reason == REASON
@@ -98,7 +102,9 @@ def test_already_requeued_by_slurm_skips_the_requeue(door: FakeDoor) -> None:
     door.requeue(JOB)
     door.calls.clear()
     applied = carry_out(door, Decision(Verdict.REQUEUE, exclude=("node2",)), already_requeued=True)
-    assert door.methods() == ["set_excluded_nodes", "set_admin_comment"]
+    assert door.methods() == [
+        "set_excluded_nodes", "set_admin_comment", "set_accounted_admin_comment"
+    ]  # fmt: skip
     assert applied.requeued and applied.excluded == ("node2",)
 
 
@@ -127,7 +133,7 @@ def test_every_step_failure_is_recorded_and_the_rest_still_runs(door: FakeDoor) 
         "begin_time: scontrol update: Connection refused",
     )
     assert applied.requeued and applied.drained == ("node2",) and applied.excluded == ()
-    assert door.methods()[-1] == "set_admin_comment"
+    assert door.methods()[-2:] == ["set_admin_comment", "set_accounted_admin_comment"]
 
 
 def test_drains_skip_drained_nodes_and_keep_going_past_unknown_ones(door: FakeDoor) -> None:

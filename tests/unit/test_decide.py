@@ -157,6 +157,7 @@ def test_root_backed_xid79_requeues_excluding_and_drains_the_node(cluster: Clust
         "set_excluded_nodes",
         "drain",
         "set_admin_comment",
+        "set_accounted_admin_comment",
     ]
     assert door.calls_to("requeue") == [Call("requeue", (JOB,), {"hold": False})]
     assert door.jobs[JOB].excluded_nodes == ("node2",)
@@ -199,6 +200,7 @@ def test_users_xid_claim_requeues_excluding_but_never_drains(
         "requeue",
         "set_excluded_nodes",
         "set_admin_comment",
+        "set_accounted_admin_comment",
     ]
     assert not door.node("node2").drained
     row = cluster.row()
@@ -295,7 +297,13 @@ def test_a_node_an_admin_drained_is_never_redrained_resumed_or_relabelled(
     ("exit_code2", "state", "cause", "mutations"),
     [
         ("0:0", "COMPLETED", "completed", []),
-        ("1:0", "FAILED", "unknown", ["requeue", "set_admin_comment"]),
+        # Requeued: its REQUEUED record in accounting takes the summary as well.
+        (
+            "1:0",
+            "FAILED",
+            "unknown",
+            ["requeue", "set_admin_comment", "set_accounted_admin_comment"],
+        ),
         # Left ended: slurmctld refuses the summary (COMPLETING), accounting takes it.
         ("0:11", "FAILED", "segfault", ["set_admin_comment", "set_accounted_admin_comment"]),
     ],
@@ -392,6 +400,7 @@ def test_second_nccl_timeout_is_requeued_after_backoff(cluster: Cluster) -> None
         "requeue",
         "set_begin_time",
         "set_admin_comment",
+        "set_accounted_admin_comment",
     ]
     assert cluster.door.calls_to("set_begin_time") == [Call("set_begin_time", (JOB, 60.0))]
     row = cluster.row(1)
@@ -516,6 +525,7 @@ def test_a_job_slurm_requeued_itself_is_not_requeued_twice(cluster: Cluster) -> 
         "set_excluded_nodes",
         "drain",
         "set_admin_comment",
+        "set_accounted_admin_comment",
     ]
     assert cluster.row(0).state == "REQUEUED" and cluster.row(0).excluded == ("node2",)
 

@@ -84,12 +84,15 @@ def test_requeue_makes_the_job_pending_with_one_more_restart() -> None:
         3,
         "JobHeldAdmin",
     )
-    # Held: no eligible time, so accounting keeps the ended run's record (REQUEUED).
+    # Not yet eligible (held, or waiting for its begin time): accounting keeps the ended
+    # run's record, now REQUEUED, and that is the record `sacctmgr modify job` changes.
     assert d.accounted_job(7).state is JobState.REQUEUED
     d2 = door(restart_count=2)
     d2.end_job(7, "FAILED", exit_code=1)
     d2.requeue(7)
-    assert d2.accounted_job(7).state is JobState.PENDING
+    assert d2.accounted_job(7).state is JobState.REQUEUED
+    d2.set_accounted_admin_comment(7, "triage: cause=unknown action=requeue")
+    assert d2.accounted_job(7).admin_comment == "triage: cause=unknown action=requeue"
 
 
 def test_exclusions_merge_with_the_users_own() -> None:
