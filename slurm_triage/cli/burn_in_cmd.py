@@ -11,6 +11,7 @@ It changes nothing in Slurm.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -52,14 +53,38 @@ def register(sub: Any) -> None:
         "set; each part only when the ones before passed. Prints a JSON result and exits 0 "
         "only when all passed. Changes nothing in Slurm.",
     )
-    p.add_argument("--node", help="this node's Slurm name (default: $SLURMD_NODENAME or the host)")
+    p.add_argument(
+        "--node",
+        type=_node,
+        help="this node's Slurm name (default: $SLURMD_NODENAME or the host)",
+    )
     p.add_argument(
         "--timeout-s",
-        type=float,
+        type=_seconds,
         default=None,
         help="per external test (default: the job's time limit)",
     )
     p.set_defaults(handler=_burn_in)
+
+
+def _node(text: str) -> str:
+    from slurm_triage.slurm.arguments import node_name
+    from slurm_triage.slurm.errors import SlurmCommandError
+
+    try:
+        return node_name(text)
+    except SlurmCommandError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 7 * 86400:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"not a number of seconds above 0: {text[:40]!r}")
+    return value
 
 
 def _burn_in(args: Any, context: Any) -> int:

@@ -70,9 +70,13 @@ def _dispatch(args: argparse.Namespace, context: Any) -> int:
 
 
 def _node_name(text: str) -> str:
-    if not text or len(text) > 64 or not set(text) <= _NAME_OK or text.startswith("-"):
-        raise TriageError(f"not a node name: {text[:64]!r}")
-    return text
+    from slurm_triage.slurm.arguments import node_name
+    from slurm_triage.slurm.errors import SlurmCommandError
+
+    try:
+        return node_name(text)
+    except SlurmCommandError as exc:
+        raise TriageError(str(exc)) from None
 
 
 def _open(context: Any, *, create: bool) -> tuple[Any, Any, Any]:
@@ -178,7 +182,8 @@ def _reconcile(args: argparse.Namespace, context: Any, names: list[str]) -> int:
             except OSError as exc:
                 print(f"slurm-triage: metrics textfile not written: {exc}", file=sys.stderr)
     except SlurmError as exc:
-        raise TriageError(f"Slurm could not be read: {exc}") from None
+        exc.args = (f"Slurm could not be read: {exc}",)
+        raise  # exit 3, as documented
     finally:
         journal.close()
     refused = [s for s in steps if s.results and not all(r.ok for r in s.results)]

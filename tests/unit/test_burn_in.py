@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from slurm_triage.cli.burn_in_cmd import run_part
+from slurm_triage.cli.main import main
 
 
 def test_a_part_passes_only_on_exit_0() -> None:
@@ -30,3 +33,20 @@ def test_a_timeout_or_a_missing_program_fails() -> None:
     assert not slow.passed and "timed out after 0.3 s" in slow.detail
     missing = run_part("dcgm", ["/nonexistent/dcgmi", "diag"], 5)
     assert not missing.passed and missing.detail.startswith("cannot run /nonexistent/dcgmi")
+
+
+def test_bad_arguments_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """The node name ends up in root's record path and Slurm's argv: one node, no path."""
+    for argv in (
+        ["--node", "../etc"],
+        ["--node", "ALL"],
+        ["--node", "node[1-3]"],
+        ["--timeout-s", "nan"],
+        ["--timeout-s", "0"],
+        ["--timeout-s=-5"],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(["burn-in", *argv])
+        assert exit_.value.code == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("slurm-triage burn-in: error: argument"), argv

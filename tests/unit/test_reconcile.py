@@ -18,6 +18,7 @@ from slurm_triage.job_state import JobState
 from slurm_triage.journal import Journal
 from slurm_triage.observe.controller import controller_families, read_facts
 from slurm_triage.policies.lifecycle import LifecycleAction, NodeLifecycle, burn_in_reservation
+from slurm_triage.slurm import SlurmUnavailable
 from slurm_triage.testing import FakeDoor, node_info
 
 A, S = LifecycleAction, NodeLifecycle
@@ -215,7 +216,14 @@ def test_the_cli_prints_reconciles_and_releases(
     assert main(["nodes", "release", "node1"]) == 2  # not ours to release
     assert "nothing to release" in capsys.readouterr().err
     assert main(["nodes", "release", "node1;reboot"]) == 2
+    assert main(["nodes", "release", "node[1-2]"]) == 2
     assert main(["nodes", "--dry-run"]) == 2
+    capsys.readouterr()
+    door.fail("nodes", SlurmUnavailable("scontrol: Unable to contact slurm controller"))
+    assert main(["nodes", "reconcile"]) == 3  # as --help says
+    assert capsys.readouterr().err.strip() == (
+        "slurm-triage: error: Slurm could not be read: scontrol: Unable to contact slurm controller"
+    )
 
 
 def test_the_bundle_carries_what_root_recorded_for_the_burn_in_jobs(tmp_path: Path) -> None:
