@@ -329,6 +329,31 @@ class RepairConfig:
 
 
 @dataclass(frozen=True)
+class AgentConfig:
+    """The resident node agent (`slurm-triage agent`, docs/agent.md): a root daemon on each
+    node that keeps the config, logging and NVML open and runs the Prolog's screen for it.
+
+    The Prolog reads no config file before asking the agent (that is the time it saves): it
+    takes `socket`, `connect_timeout_s` and `answer_timeout_s` from its environment's
+    SLURM_TRIAGE__AGENT__* overrides or these defaults, and warns when the file says
+    otherwise. Without an answer it runs its checks itself, as it did before the agent."""
+
+    # The Unix socket the agent listens on: root's, mode 0600, in systemd's RuntimeDirectory.
+    socket: str = "/run/slurm-triage/agent.sock"
+    # Peers served besides root (SO_PEERCRED uids); anyone else is refused before reading.
+    allowed_uids: tuple[int, ...] = ()
+    # The Prolog's waits for the agent: to connect, then for the answer (above the screen's
+    # own bound, health.prolog_deadline_s plus one check_timeout_s).
+    connect_timeout_s: float = field(default=0.5, metadata=_range(0.01, 10))
+    answer_timeout_s: float = field(default=20.0, metadata=_range(0.1, 600))
+    # Prologs served at once (one thread each); more are answered busy and run in-process.
+    max_concurrent: int = field(default=8, metadata=_range(1, 256))
+    # Watch NVML XID events for the agent's lifetime (nvmlEventSetWait): an XID seen there
+    # fails the next Prolog's gpu.xid as the kernel log's line would.
+    watch_xids: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     """The effective configuration of one slurm-triage process."""
 
@@ -342,6 +367,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     repair: RepairConfig = field(default_factory=RepairConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     source: str = field(default="<defaults>", compare=False)
 
 
