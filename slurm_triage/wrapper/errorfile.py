@@ -17,7 +17,6 @@ import os
 import stat
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -62,6 +61,10 @@ def record_exceptions(func: F | None = None) -> Any:
     a decorator, so `@record_exceptions()` works too); `@record_exceptions` on `main` records
     what escapes it and re-raises. SystemExit is not an error and is never recorded.
     """
+    # traceback is imported here, by the trainer, not by every wrapper that imports this
+    # module for its reader (issue 20), nor while an exception is being handled.
+    import traceback  # noqa: F401
+
     if func is None:
         _install_hook()
         return _decorate
@@ -104,6 +107,8 @@ def type_name(cls: type) -> str:
 
 def error_document(exc: BaseException, when: float | None = None) -> bytes:
     """The JSON we write for `exc`, every field capped so the file stays small."""
+    import traceback
+
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     doc = {
         "schema": SCHEMA,

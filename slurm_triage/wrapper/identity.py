@@ -8,8 +8,8 @@ on a workstation. Names become file names, so each part is reduced to a safe cha
 
 from __future__ import annotations
 
+import os
 import re
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -54,7 +54,9 @@ def identity_from_env(env: Mapping[str, str], hostname: str | None = None) -> St
     """The identity srun's environment describes; clear fallbacks outside Slurm."""
     job = _first(env, _JOB_VARS)
     step = _first(env, _STEP_VARS) or (BATCH_STEP if job else "0")
-    node = env.get("SLURMD_NODENAME") or (hostname or socket.gethostname()).split(".", 1)[0]
+    # os.uname() is what gethostname(2) reads on Linux, without importing socket (~5 ms on
+    # every rank, issue 20).
+    node = env.get("SLURMD_NODENAME") or (hostname or os.uname().nodename).split(".", 1)[0]
     procid = env.get("SLURM_PROCID", "")
     rank = int(procid) if procid.isdigit() else None
     return StepIdentity(

@@ -1,6 +1,7 @@
 """The wrapper's evidence record: the facts of one rank's run, and its atomic write.
 
-`build_facts` is pure. `write_record` puts the record at
+`build_facts` is pure; the log scanner (its signature tables) is imported only when a
+stream has bytes to scan (issue 20). `write_record` puts the record at
 `<evidence_dir>/<job>/<node>.<step>[.<task>].json`: temp file in the same directory
 (`.<name>.<random>.tmp`, which the epilog ignores: it reads `*.json` not starting with a
 dot), fsync, rename, fsync of the directory; a reader sees the whole record or none.
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_triage.atomic import write_atomically
-from slurm_triage.attribution import decode_tail, scan_lines
 from slurm_triage.evidence import (
     EvidenceRecord,
     Fact,
@@ -107,6 +107,8 @@ def _scan_tails(
     for data, whole in tails:
         if not data:
             continue
+        from slurm_triage.attribution import decode_tail, scan_lines
+
         for fact in scan_lines(decode_tail(data, whole_file=whole), node=node, year=year):
             if isinstance(fact, RootException):
                 roots.append(fact)

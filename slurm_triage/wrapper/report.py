@@ -1,18 +1,19 @@
 """What the wrapper says when its child has exited: the record it writes, the line it prints.
 
 `conclude` never raises: the evidence path is ours, the exit status is the child's, and a
-failure of ours (an unwritable evidence directory, a bug) becomes one line on stderr.
+failure of ours (an unwritable evidence directory, a bug) becomes one line on stderr. The
+attribution engine and the first-failure marker are imported for a failed command only:
+every rank of every job ends here, most of them successfully (issue 20).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from typing import TYPE_CHECKING
 
-from slurm_triage.attribution import Attribution, attribute
 from slurm_triage.evidence import EvidenceError, Fact, ProcessExit, RootException, Stall
 from slurm_triage.taxonomy import Action, Condition
-from slurm_triage.wrapper import first_failure
 from slurm_triage.wrapper.identity import StepIdentity
 from slurm_triage.wrapper.record import (
     RecordError,
@@ -22,6 +23,10 @@ from slurm_triage.wrapper.record import (
     encode_record,
     write_record,
 )
+
+if TYPE_CHECKING:
+    from slurm_triage.attribution import Attribution
+    from slurm_triage.wrapper.first_failure import FirstFailure
 
 SUMMARY_DETAIL_CHARS = 160
 PREFIX = "slurm-triage:"
@@ -42,6 +47,8 @@ def conclude(
         lines.append(f"{PREFIX} evidence not recorded (internal error: {_describe(exc)})")
     if outcome.child.failed:
         try:
+            from slurm_triage.attribution import attribute
+
             attribution = attribute(facts)
             first = _first_failure(outcome, evidence_dir, attribution)
             if summary:
@@ -53,8 +60,10 @@ def conclude(
 
 def _first_failure(
     outcome: RunOutcome, evidence_dir: str | os.PathLike[str], attribution: Attribution
-) -> first_failure.FirstFailure | None:
+) -> FirstFailure | None:
     """The task that failed before this one was killed; or claim that place for this one."""
+    from slurm_triage.wrapper import first_failure
+
     identity = outcome.identity
     if first_failure.is_collateral_candidate(outcome.child.signal_number, attribution):
         first = first_failure.read(evidence_dir, identity)
@@ -85,7 +94,7 @@ def _encode(identity: StepIdentity, facts: tuple[Fact, ...], lines: list[str]) -
 def summary_line(
     identity: StepIdentity,
     attribution: Attribution,
-    first: first_failure.FirstFailure | None = None,
+    first: FirstFailure | None = None,
 ) -> str:
     """`slurm-triage: job 12 node2 rank 3: cuda_oom (user) - <what> - not requeued`; for a
     rank ended because another failed: `...: collateral: task 1 on node2 failed first

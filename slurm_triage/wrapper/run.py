@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig, WrapperConfig, node_path
 from slurm_triage.evidence import NvmlCondition, NvmlFact, Source, Stall
@@ -22,11 +23,13 @@ from slurm_triage.logs import get_logger
 from slurm_triage.wrapper.errorfile import ErrorFileError, ErrorReport, read_error_file
 from slurm_triage.wrapper.files import Scratch, open_tees
 from slurm_triage.wrapper.identity import StepIdentity, identity_from_env
-from slurm_triage.wrapper.nvml_watch import NvmlWatcher
 from slurm_triage.wrapper.output import Pump, TailBuffer, make_pipe
 from slurm_triage.wrapper.stepd import stepd_delivers_to_child
 from slurm_triage.wrapper.supervise import MAIN_THREAD_SIGNALS, ChildExit, Supervisor
 from slurm_triage.wrapper.watch import HangDetector, TreeRss, heartbeat_mtime, tick_for, usage_now
+
+if TYPE_CHECKING:
+    from slurm_triage.wrapper.nvml_watch import NvmlWatcher
 
 # Set for the child: a nested `slurm-triage wrap` of the same rank runs its command directly.
 WRAPPED_ENV = "SLURM_TRIAGE_WRAPPED"
@@ -293,11 +296,21 @@ def _start_nvml(
         # partially initialised module when packages import each other.
         from slurm_triage.nvml import nvml_module, read_pci_gpus
 
-        nvml = nvml_module(options.health, identity.node)
         sysfs = node_path(options.health.sysfs_root, identity.node)
+        if gpus is None and not read_pci_gpus(sysfs):
+            # Slurm names no GPUs for the step and the PCI bus holds no NVIDIA GPU: NVML has
+            # nothing to watch here (it would fail to start, or show no GPU), so CPU nodes
+            # are spared pynvml's import (~15 ms) and the thread (issue 20).
+            get_logger(component="wrapper.nvml", node=identity.node).debug(
+                "nvml_unavailable", error="no NVIDIA GPU on the PCI bus", watching=False
+            )
+            return None
+        nvml = nvml_module(options.health, identity.node)
     except Exception as exc:
         get_logger(component="wrapper.nvml").warning("nvml_unavailable", error=_describe(exc))
         return None
+    from slurm_triage.wrapper.nvml_watch import NvmlWatcher
+
     watcher = NvmlWatcher(
         lambda: nvml,
         identity.node,

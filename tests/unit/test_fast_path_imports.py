@@ -50,6 +50,18 @@ NOT_ON_NODE = (
     "secrets",
     "hashlib",
 )
+# `wrap -- true` on a node with no NVIDIA GPU (issue 20): a command that succeeds and prints
+# nothing needs neither the log scanner nor the attribution engine nor the first-failure
+# marker; NVML and its watcher are for nodes with GPUs; the host name comes from os.uname,
+# not socket; traceback is the trainer's side of the error file.
+NOT_IN_A_QUIET_SUCCESS = (
+    "pynvml",
+    "slurm_triage.wrapper.nvml_watch",
+    "slurm_triage.attribution",
+    "slurm_triage.wrapper.first_failure",
+    "socket",
+    "traceback",
+)
 # A Prolog on a node that passes does not attribute anything.
 NOT_IN_PROLOG = ("slurm_triage.attribution.engine", "slurm_triage.attribution.signatures")
 # A job end's decision acts on jobs and drains through actuator.jobs: the node side of the
@@ -116,13 +128,16 @@ def test_prolog_on_a_passing_node(tmp_path: Path, node_config: Path) -> None:
 
 
 def test_wrapper_start_to_finish(tmp_path: Path) -> None:
-    """`slurm-triage wrap -- true`, start to finish (the record written), imports none of
-    the other commands, the door, the journal or asyncio."""
+    """`slurm-triage wrap -- true` on a node without GPUs, start to finish (the record
+    written), imports none of the other commands, the door, the journal or asyncio, and
+    neither NVML nor the log scanner nor the attribution engine."""
     (tmp_path / "evidence").mkdir()
+    (tmp_path / "sys/bus/pci/devices").mkdir(parents=True)
     config = tmp_path / "wrap.toml"
     config.write_text(
         f'[logging]\ndestination = "file"\nfile = "{tmp_path}/wrap.log"\n'
         f'[paths]\nevidence_dir = "{tmp_path}/evidence"\n'
+        f'[health]\nsysfs_root = "{tmp_path}/sys"\n'
     )
     code = (
         "from slurm_triage.cli.main import main\n"
@@ -131,7 +146,8 @@ def test_wrapper_start_to_finish(tmp_path: Path) -> None:
     env = {k: "" for k in os.environ if k.startswith("SLURM_")}
     modules = _imported(code, tmp_path, {**env, "SLURM_TRIAGE_CONFIG": str(config)})
     assert "slurm_triage.wrapper.run" in modules
-    assert _present(modules, NEVER + NOT_ON_NODE) == []
+    assert (tmp_path / "evidence/local").is_dir()  # the record was written
+    assert _present(modules, NEVER + NOT_ON_NODE + NOT_IN_A_QUIET_SUCCESS) == []
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from slurm_triage.attribution import attribute
+from slurm_triage.config import HealthConfig
 from slurm_triage.evidence import NvmlCondition, NvmlFact, ProcessExit, Source, parse_record
+from slurm_triage.simulate.estate import NodeEstate
 from slurm_triage.wrapper import errorfile
 from slurm_triage.wrapper.errorfile import (
     ErrorFileError,
@@ -28,6 +30,7 @@ from slurm_triage.wrapper.identity import (
 )
 from slurm_triage.wrapper.record import RecordError, RunOutcome, build_facts, write_record
 from slurm_triage.wrapper.report import conclude, summary_line
+from slurm_triage.wrapper.run import WrapOptions, _start_nvml
 from slurm_triage.wrapper.stepd import proctrack_type, stepd_delivers_to_child
 from slurm_triage.wrapper.supervise import ChildExit
 from slurm_triage.wrapper.watch import HangDetector, tick_for
@@ -256,3 +259,37 @@ def test_only_slurmstepd_senders_without_pgid_tracking_are_not_forwarded(tmp_pat
     finally:
         stepd.kill()
         stepd.wait()
+
+
+@pytest.mark.parametrize(
+    ("nvidia_on_the_bus", "step_gpus", "loaded"),
+    [
+        (False, None, False),  # a CPU node, a step without GPUs: nothing to watch
+        (False, "0", True),  # Slurm says the step has a GPU: NVML finds it lost or there
+        (True, None, True),  # GPUs on the bus, none named: every GPU NVML shows
+    ],
+)
+def test_nvml_is_loaded_only_where_there_are_gpus_to_watch(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    nvidia_on_the_bus: bool,
+    step_gpus: str | None,
+    loaded: bool,
+) -> None:
+    """The wrapper loads NVML (pynvml: most of a CPU node's wrapper start) unless Slurm names
+    no GPU for the step and the PCI bus holds no NVIDIA GPU."""
+    sysfs = tmp_path / "sys"
+    (sysfs / "bus/pci/devices").mkdir(parents=True)
+    if nvidia_on_the_bus:
+        sysfs = NodeEstate(tmp_path / "sim", "n2").ensure().sysfs
+    calls: list[str] = []
+
+    def no_driver(config: HealthConfig, node: str) -> None:
+        calls.append(node)
+        raise RuntimeError("NVML Shared Library Not Found")  # as on a node without a driver
+
+    monkeypatch.setattr("slurm_triage.nvml.nvml_module", no_driver)
+    options = WrapOptions(watch_nvml=True, health=HealthConfig(sysfs_root=str(sysfs)))
+    env = {"SLURM_STEP_GPUS": step_gpus} if step_gpus else {}
+    assert _start_nvml(options, IDENT, env) is None
+    assert calls == (["n2"] if loaded else [])
