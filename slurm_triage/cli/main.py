@@ -60,6 +60,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "slurm_triage.cli.journal_cmd",
         "list nodes whose history makes them lemon candidates, and why",
     ),
+    "agent": (
+        "slurm_triage.cli.agent_cmd",
+        "run the node agent the Prolog asks first (root daemon, Unix socket, NVML open)",
+    ),
     "metrics": (
         "slurm_triage.cli.metrics_cmd",
         "print this host's metrics (OpenMetrics text), or serve them over HTTP",

@@ -21,6 +21,7 @@ from typing import Any
 from slurm_triage.atomic import write_atomically
 from slurm_triage.config import Config, HealthConfig, node_path
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
+from slurm_triage.evidence import KernelEvent
 from slurm_triage.gpu_ids import JobScope
 from slurm_triage.health_checks import (
     aer,
@@ -34,6 +35,7 @@ from slurm_triage.health_checks import (
 )
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
+from slurm_triage.health_checks.nvml_xids import merge as nvml_xids_merge
 from slurm_triage.health_checks.registry import CheckSpec
 from slurm_triage.health_checks.result import CheckResult, CheckStatus, RunReport, Severity, unknown
 from slurm_triage.logs import get_logger
@@ -49,16 +51,31 @@ def node_name(explicit: str | None = None) -> str:
 
 
 class FactSources:
-    """Lazily read, cached fact sources for one run on one node."""
+    """Lazily read, cached fact sources for one run on one node.
 
-    def __init__(self, config: HealthConfig, node: str, timeout_s: float) -> None:
+    `nvml`: the NVML module a resident process holds open (the node agent), else this run
+    loads its own; `nvml_xids`: the XIDs that process's NVML event watcher saw (kernel
+    events, merged into the kernel log's: health_checks.nvml_xids)."""
+
+    def __init__(
+        self,
+        config: HealthConfig,
+        node: str,
+        timeout_s: float,
+        *,
+        nvml: Any = None,
+        nvml_xids: Callable[[], Sequence[KernelEvent]] | None = None,
+    ) -> None:
         self._config, self._node, self._timeout_s = config, node, timeout_s
         self._cache: dict[str, Any] = {}
         c = config
+        watched = nvml_xids or tuple
         self._readers: dict[str, Callable[[], Any]] = {
-            "nvml": lambda: read_nvml(nvml_module(c, node)),
+            "nvml": lambda: read_nvml(nvml if nvml is not None else nvml_module(c, node)),
             "pci": lambda: read_pci_gpus(node_path(c.sysfs_root, node)),
-            "kernel": lambda: kernel_log.read_kernel_events(node_path(c.kernel_log, node), node),
+            "kernel": lambda: nvml_xids_merge(
+                kernel_log.read_kernel_events(node_path(c.kernel_log, node), node), watched()
+            ),
             "ib": lambda: infiniband.read_ports(node_path(c.sysfs_root, node), c.ib_ports),
             "mounts": lambda: mounts.probe_mounts(
                 [node_path(m, node) for m in c.mounts],
@@ -169,11 +186,15 @@ class Run:
     deadline_s: float | None = None
     job: JobScope | None = None  # the Prolog's job: gpu.processes looks at its GPUs only
     save_state: bool = True  # false for a dry run: counters and baselines stay as they were
+    nvml: Any = None  # FactSources': NVML held open by the node agent
+    nvml_xids: Callable[[], Sequence[KernelEvent]] | None = None  # and its watcher's XIDs
 
     def execute(self) -> RunReport:
         started_wall, started = time.time(), time.monotonic()
         health = self.config.health
-        sources = FactSources(health, self.node, health.check_timeout_s)
+        sources = FactSources(
+            health, self.node, health.check_timeout_s, nvml=self.nvml, nvml_xids=self.nvml_xids
+        )
         base: dict[str, Any] = {
             "config": health,
             "previous": load_previous(self.config, self.node),
@@ -246,9 +267,12 @@ def run_checks(
     node: str | None = None,
     job: JobScope | None = None,
     save_state: bool = True,
+    nvml: Any = None,
+    nvml_xids: Callable[[], Sequence[KernelEvent]] | None = None,
 ) -> RunReport:
     """Run the checks a mode selects (registry.select): the Prolog's fast set under its
-    deadline, stopping at the first hard failure; every check for the others."""
+    deadline, stopping at the first hard failure; every check for the others. `nvml` and
+    `nvml_xids` are the node agent's (FactSources)."""
     specs = registry.select(only, everything)
     prolog = mode == "prolog"
     return Run(
@@ -260,4 +284,6 @@ def run_checks(
         deadline_s=config.health.prolog_deadline_s if prolog else None,
         job=job,
         save_state=save_state,
+        nvml=nvml,
+        nvml_xids=nvml_xids,
     ).execute()

@@ -7,6 +7,11 @@ The prolog runs the fast health screen (prolog_epilog.prolog) and the health che
 full one (prolog_epilog.healthcheck), both acting on the node through node_action; the
 epilog collects root-side evidence (prolog_epilog.epilog) and EpilogSlurmctld makes the
 once-per-job decision (prolog_epilog.decide).
+
+The prolog asks the node agent first (agent.client: a Unix socket, no config read), and
+only without its verdict loads the config and runs the screen here: so this module imports
+nothing of ours at the top, and the config, logging and the screen are imported when a
+role runs in this process.
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ import os
 import sys
 from collections.abc import Callable
 
-from slurm_triage.config import Config, ConfigError, LoggingConfig, deprecations, load_config
-from slurm_triage.logs import get_logger, setup_logging
-from slurm_triage.prolog_epilog.job_end import SLURM_ENV
+# typing's flag without importing typing (milliseconds on every job start): mypy takes any
+# name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from slurm_triage.agent.client import Reply
+    from slurm_triage.config import Config
 
 # The variables slurmd/slurmctld pass to these programs (job_end.SLURM_ENV) that we log as
 # context, by their log key.
@@ -34,6 +42,10 @@ _CONTEXT = {
 
 def _run_role(role: str, body: Callable[[Config], int]) -> int:
     """Set up config and logging for a role, run it, and never let our own error escape."""
+    from slurm_triage.config import ConfigError, LoggingConfig, deprecations, load_config
+    from slurm_triage.logs import get_logger, setup_logging
+    from slurm_triage.prolog_epilog.job_end import SLURM_ENV
+
     program = f"slurm-triage-{role}"
     try:
         config = load_config()
@@ -59,10 +71,46 @@ def _run_role(role: str, body: Callable[[Config], int]) -> int:
         log.info("role_done")
 
 
-def _prolog(config: Config) -> int:
-    from slurm_triage.prolog_epilog.prolog import prolog
+def _prolog_here(reply: Reply) -> Callable[[Config], int]:
+    """The screen in this process, after saying why the agent gave no verdict."""
 
-    return prolog(config)
+    def body(config: Config) -> int:
+        from slurm_triage.agent.client import Outcome
+        from slurm_triage.logs import get_logger
+        from slurm_triage.prolog_epilog.prolog import prolog
+
+        log = get_logger(role="prolog")
+        # No agent installed is a supported set-up (info); an agent that fails is not.
+        level = log.info if reply.outcome is Outcome.NOT_RUNNING else log.warning
+        level(
+            "prolog_agent_fallback",
+            outcome=str(reply.outcome),
+            detail=reply.detail,
+            socket=reply.socket,
+        )
+        _warn_settings_not_read(config, reply)
+        return prolog(config)
+
+    return body
+
+
+def _warn_settings_not_read(config: Config, reply: Reply) -> None:
+    """The client reads the agent's socket and waits from its environment only: say so
+    when the config file sets them otherwise (the agent listens where the file says)."""
+    from slurm_triage.logs import get_logger
+
+    used = {
+        "socket": reply.socket,
+        "connect_timeout_s": reply.waits_s[0],
+        "answer_timeout_s": reply.waits_s[1],
+    }
+    differ = sorted(k for k, v in used.items() if reply.socket and getattr(config.agent, k) != v)
+    if differ:
+        get_logger(role="prolog").warning(
+            "prolog_agent_settings_not_read",
+            keys=[f"agent.{k}" for k in differ],
+            hint="the Prolog reads these from SLURM_TRIAGE__AGENT__* in its environment only",
+        )
 
 
 def _healthcheck(config: Config) -> int:
@@ -87,7 +135,13 @@ def _epilog_slurmctld(config: Config) -> int:
 
 
 def prolog_main() -> int:
-    return _run_role("prolog", _prolog)
+    """Prolog=: the node agent's verdict when it gives one, else the screen run here."""
+    from slurm_triage.agent.client import ask_agent
+
+    reply = ask_agent(os.environ)
+    if reply.exit_status is not None:
+        return reply.exit_status
+    return _run_role("prolog", _prolog_here(reply))
 
 
 def epilog_main() -> int:

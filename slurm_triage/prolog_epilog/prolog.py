@@ -11,6 +11,8 @@ record saying why, for the decision.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from slurm_triage.config import Config
 from slurm_triage.deadline import call_with_deadline
@@ -23,23 +25,44 @@ from slurm_triage.logs import get_logger
 from slurm_triage.prolog_epilog.healthcheck import record
 from slurm_triage.prolog_epilog.job_end import slurm_env
 
+if TYPE_CHECKING:
+    from slurm_triage.evidence import KernelEvent
+
 # A node that passes (nearly every job start) needs none of what acts on a failure: the
 # door to Slurm, the policies and the root record's writer are imported when one is found.
 
 
-def prolog(config: Config) -> int:
-    """Prolog= : the fast screen. Non-zero only for a hard failure on this node."""
-    _prepare_job_dir(config)
+def prolog(
+    config: Config,
+    env: Mapping[str, str] | None = None,
+    *,
+    nvml: Any = None,
+    nvml_xids: Callable[[], Sequence[KernelEvent]] | None = None,
+) -> int:
+    """Prolog= : the fast screen. Non-zero only for a hard failure on this node.
+
+    `env` is the Prolog's environment (this process's by default; the node agent passes
+    the one its client sent), `nvml` and `nvml_xids` the agent's NVML held open and its
+    event watcher's XIDs (health_checks.runner.FactSources)."""
+    env = os.environ if env is None else env
+    _prepare_job_dir(config, env)
     # The job's GPUs (SLURM_JOB_GPUS): on a shared node the others are other jobs'.
-    report = run_checks(config, mode="prolog", job=job_scope(os.environ))
+    report = run_checks(
+        config,
+        mode="prolog",
+        node=slurm_env(env, "node") or None,
+        job=job_scope(env),
+        nvml=nvml,
+        nvml_xids=nvml_xids,
+    )
     log_report(report)
     record(config, report)
     if not report.failures:
         return 0
-    return _on_failure(config, report)
+    return _on_failure(config, report, env)
 
 
-def _on_failure(config: Config, report: RunReport) -> int:
+def _on_failure(config: Config, report: RunReport, env: Mapping[str, str]) -> int:
     """Drain or not (node_action, the circuit breaker); turn the job away on a hard failure."""
     from slurm_triage.policies.nodes import NodeOutcome
     from slurm_triage.prolog_epilog.node_action import act
@@ -47,18 +70,18 @@ def _on_failure(config: Config, report: RunReport) -> int:
     decision = act(config, report, may_resume=False, dry_run=False)
     hard = any(r.severity is Severity.HIGH for r in report.failures)
     if hard:
-        _record_for_decision(config, report)
+        _record_for_decision(config, report, env)
     if decision.outcome is NodeOutcome.BREAKER_OPEN:
         return 0  # a suspected broken check must not turn away every job on the cluster
     return 1 if hard else 0
 
 
-def _prepare_job_dir(config: Config) -> None:
+def _prepare_job_dir(config: Config, env: Mapping[str, str]) -> None:
     """Before the job starts, make `<evidence_dir>/<job>` a directory of the job's user,
     moving aside whatever another user planted there to deny the job its evidence
     (store.prepare_job_dir). Bounded by `health.mount_timeout_s` (the evidence
     directory is a shared mount); never fails the prolog."""
-    job, uid, gid = (slurm_env(os.environ, name) for name in ("job_id", "uid", "gid"))
+    job, uid, gid = (slurm_env(env, name) for name in ("job_id", "uid", "gid"))
     if not (job.isdigit() and uid.isdigit()):
         return
     try:
@@ -73,14 +96,14 @@ def _prepare_job_dir(config: Config) -> None:
         get_logger(job_id=int(job)).warning("prolog_job_dir_unprepared", error=str(exc))
 
 
-def _record_for_decision(config: Config, report: RunReport) -> None:
+def _record_for_decision(config: Config, report: RunReport, env: Mapping[str, str]) -> None:
     """A job turned away by the prolog is requeued by Slurm itself; the decision learns why
     from this root record (`<evidence_dir>/_root/<job>/<node>.prolog.json`)."""
     from slurm_triage.evidence import EvidenceRecord, Source, record_to_json
     from slurm_triage.evidence.store import write_root_record
     from slurm_triage.health_checks.registry import health_fact
 
-    job = slurm_env(os.environ, "job_id")
+    job = slurm_env(env, "job_id")
     if not job.isdigit():
         return
     facts = tuple(health_fact(r, report.node, report.started) for r in report.failures)

@@ -27,6 +27,7 @@ libnvidia-ml does for a missing symbol.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,9 @@ class FakeNvml:
     ) -> None:
         self._path = Path(state_path)
         self._initialised = 0
+        # libnvidia-ml is thread-safe and counts nvmlInit/nvmlShutdown pairs; the node agent
+        # shares one module between its Prolog runs and its event watcher.
+        self._init_lock = threading.Lock()
         self._allowed = allowed_minors
         self._binding = binding
 
@@ -190,12 +194,14 @@ class FakeNvml:
             raise _E("NVML_ERROR_LIB_RM_VERSION_MISMATCH")
         if state["driver"].get("init_error"):
             raise NVMLError(int(state["driver"]["init_error"]))
-        self._initialised += 1
+        with self._init_lock:
+            self._initialised += 1
 
     def nvmlShutdown(self) -> None:
-        if not self._initialised:
-            raise _E("NVML_ERROR_UNINITIALIZED")
-        self._initialised -= 1
+        with self._init_lock:
+            if not self._initialised:
+                raise _E("NVML_ERROR_UNINITIALIZED")
+            self._initialised -= 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return str(self._state()["driver"]["version"])

@@ -174,6 +174,7 @@ ALLOWED: dict[str, set[str]] = {
         "nvml",
         "taxonomy",
     },
+    "agent": {"config", "errors", "evidence", "gpu_ids", "logs", "nvml"},
     "testing": {"policies", "slurm"},
     "analytics": {"config", "errors", "hostlist", "journal", "slurm", "taxonomy"},
     "devcluster": {"actuator", "config", "errors", "logs", "simulate", "slurm"},

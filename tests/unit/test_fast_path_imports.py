@@ -64,6 +64,23 @@ NOT_IN_A_QUIET_SUCCESS = (
 )
 # A Prolog on a node that passes does not attribute anything.
 NOT_IN_PROLOG = ("slurm_triage.attribution.engine", "slurm_triage.attribution.signatures")
+# A Prolog the node agent answers: the client alone (socket, struct, json). None of the
+# config, its TOML parser, dataclasses (and inspect under it), typing, logging, threads or
+# the checks: they are what the agent keeps loaded so that a job start does not pay them.
+NOT_IN_AGENT_CLIENT = (
+    "slurm_triage.config",
+    "tomllib",
+    "dataclasses",
+    "inspect",
+    "typing",
+    "threading",
+    "slurm_triage.logs",
+    "slurm_triage.nvml",
+    "slurm_triage.evidence",
+    "slurm_triage.health_checks",
+    "slurm_triage.prolog_epilog.prolog",
+    "pynvml",
+)
 # A job end's decision acts on jobs and drains through actuator.jobs: the node side of the
 # actuator, the node policy and the health checks belong to a health run.
 NOT_IN_DECISION = (
@@ -120,11 +137,36 @@ def node_config(tmp_path: Path) -> Path:
 def test_prolog_on_a_passing_node(tmp_path: Path, node_config: Path) -> None:
     """The Prolog on a node that passes its screen imports no door, journal, policy or
     attribution engine, nothing of the offline tools, and no asyncio."""
-    env = {"SLURM_TRIAGE_CONFIG": str(node_config), "SLURMD_NODENAME": "node1"}
+    env = {
+        "SLURM_TRIAGE_CONFIG": str(node_config),
+        "SLURMD_NODENAME": "node1",
+        # no agent there: the screen runs in this process
+        "SLURM_TRIAGE__AGENT__SOCKET": str(tmp_path / "no-agent.sock"),
+    }
     code = "from slurm_triage.prolog_epilog.entry import prolog_main\nprolog_main()\n"
     modules = _imported(code, tmp_path, {**env, "SLURM_JOB_ID": "1"})
     assert "health_run_done" in (tmp_path / "triage.log").read_text()
     assert _present(modules, NEVER + NOT_ON_NODE + NOT_IN_PROLOG) == []
+
+
+def test_prolog_answered_by_the_node_agent(tmp_path: Path) -> None:
+    """The Prolog whose verdict comes from the node agent imports the agent's client and
+    the wire format only: no config, TOML, dataclasses, typing, logging or checks."""
+    from slurm_triage.logs import setup_logging
+    from tests.unit.test_agent import Node, serving
+
+    node = Node(tmp_path, tmp_path / "run")
+    setup_logging(node.config.logging, program="test-agent")
+    env = {**node.env(5), "SLURM_TRIAGE_CONFIG": str(node.config_path)}
+    code = (
+        "import sys\nfrom slurm_triage.prolog_epilog.entry import prolog_main\n"
+        "sys.exit(prolog_main())\n"
+    )
+    with serving(node.config):
+        modules = _imported(code, tmp_path, env)
+    assert [e["job_id"] for e in node.events("role_done") if e.get("via") == "agent"] == ["5"]
+    assert "slurm_triage.agent.client" in modules
+    assert _present(modules, NEVER + NOT_ON_NODE + NOT_IN_PROLOG + NOT_IN_AGENT_CLIENT) == []
 
 
 def test_wrapper_start_to_finish(tmp_path: Path) -> None:

@@ -1,0 +1,127 @@
+"""The Prolog's side of the agent: send the job's environment, wait for the verdict.
+
+It runs on every job start before anything else, so it imports only socket, struct, os and
+the wire format, and reads no config file: the socket and both waits come from the
+Prolog's environment (the config's own SLURM_TRIAGE__AGENT__* override names) or the
+defaults. slurmd gives Prolog= none of its own environment (prep_script_slurmd.c
+_build_env), so on a real node that means the defaults, unless Prolog= is a script that
+exports them. Every way of not getting a verdict is a Reply with no exit status and the
+reason, and the Prolog then runs its screen itself: our trouble never fails a job.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+from collections.abc import Mapping
+from enum import StrEnum
+
+from slurm_triage.agent import protocol
+
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (socket(7) SO_PEERCRED)
+
+
+class Outcome(StrEnum):
+    """How asking the agent went."""
+
+    ANSWERED = "answered"
+    NOT_RUNNING = "not_running"  # no socket file, or nobody listening on it (a stale file)
+    UNTRUSTED = "untrusted"  # the listener is neither root nor this process's user
+    TIMED_OUT = "timed_out"  # no connection or no whole answer within the waits
+    REFUSED = "refused"  # the agent answered an error (busy, a request it does not take)
+    GARBAGE = "garbage"  # bytes that are not an answer of this protocol
+    BAD_SETTINGS = "bad_settings"  # an override in the environment that is not a number
+    FAILED = "failed"  # any other socket error
+
+
+class Reply:
+    """What came of asking: the exit status (ANSWERED only), or why there is none."""
+
+    __slots__ = ("outcome", "exit_status", "detail", "socket", "waits_s")
+
+    def __init__(
+        self,
+        outcome: Outcome,
+        exit_status: int | None = None,
+        detail: str = "",
+        socket: str = "",
+        waits_s: tuple[float, float] = (0.0, 0.0),
+    ) -> None:
+        self.outcome, self.exit_status, self.detail = outcome, exit_status, detail
+        self.socket, self.waits_s = socket, waits_s  # the settings used: (connect, answer)
+
+
+def settings(env: Mapping[str, str]) -> tuple[str, float, float]:
+    """The socket path and the connect and answer waits (s); ValueError for an override
+    that is not a number above 0."""
+    path = env.get(protocol.SOCKET_ENV) or protocol.DEFAULT_SOCKET
+    connect = float(env.get(protocol.CONNECT_TIMEOUT_ENV) or protocol.DEFAULT_CONNECT_TIMEOUT_S)
+    answer = float(env.get(protocol.ANSWER_TIMEOUT_ENV) or protocol.DEFAULT_ANSWER_TIMEOUT_S)
+    if not (0 < connect < float("inf") and 0 < answer < float("inf")):
+        raise ValueError("agent waits must be numbers above 0")
+    return path, connect, answer
+
+
+def ask_agent(env: Mapping[str, str]) -> Reply:
+    """Ask the agent to run the Prolog's screen for the job `env` describes."""
+    try:
+        path, connect_s, answer_s = settings(env)
+    except ValueError as exc:
+        return Reply(Outcome.BAD_SETTINGS, detail=str(exc)[:200])
+    outcome, status, detail = _ask(path, connect_s, answer_s, protocol.encode_request(env))
+    return Reply(outcome, status, detail, path, (connect_s, answer_s))
+
+
+def _ask(
+    path: str, connect_s: float, answer_s: float, request: bytes
+) -> tuple[Outcome, int | None, str]:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(connect_s)
+            conn.connect(path)
+            peer = _peer_uid(conn)
+            if peer not in (0, os.geteuid()):
+                return Outcome.UNTRUSTED, None, f"socket served by uid {peer}"
+            conn.settimeout(answer_s)
+            conn.sendall(request)
+            line = _read_line(conn, answer_s)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        return Outcome.NOT_RUNNING, None, exc.strerror or type(exc).__name__
+    except TimeoutError:
+        return Outcome.TIMED_OUT, None, f"no answer within {connect_s:g}s + {answer_s:g}s"
+    except OSError as exc:
+        return Outcome.FAILED, None, f"{type(exc).__name__}: {exc.strerror or exc}"[:200]
+    except protocol.ProtocolError as exc:
+        return Outcome.GARBAGE, None, str(exc)
+    try:
+        return Outcome.ANSWERED, protocol.parse_answer(line), ""
+    except protocol.Refused as exc:
+        return Outcome.REFUSED, None, str(exc)
+    except protocol.ProtocolError as exc:
+        return Outcome.GARBAGE, None, str(exc)
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return int(_UCRED.unpack(raw)[1])
+
+
+def _read_line(conn: socket.socket, answer_s: float) -> bytes:
+    """One answer line, without its newline, within `answer_s` in all (each recv is also
+    bounded by the socket's timeout); ProtocolError past MAX_ANSWER_BYTES or at EOF."""
+    deadline = time.monotonic() + answer_s
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        conn.settimeout(left)
+        chunk = conn.recv(protocol.MAX_ANSWER_BYTES + 1 - len(data))
+        if not chunk:
+            raise protocol.ProtocolError("connection closed before a whole answer")
+        data += chunk
+        if len(data) > protocol.MAX_ANSWER_BYTES:
+            raise protocol.ProtocolError("answer longer than the protocol allows")
+    return data.split(b"\n", 1)[0]

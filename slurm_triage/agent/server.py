@@ -1,0 +1,202 @@
+"""`slurm-triage agent`: the resident node agent (root, one per node, run by systemd).
+
+It loads the config and sets up logging once, holds NVML open (one nvmlInit for its life:
+NVML counts nvmlInit/nvmlShutdown pairs, so a screen's own pair no longer starts and stops
+the library, and the driver state is not torn down between jobs as it is for a cold Prolog
+on a node without persistence mode), watches XID events (agent.xids), and serves one
+request kind on a Unix socket: run the Prolog's screen for a job. The screen is
+prolog_epilog.prolog's, handed in by the CLI as `screen` (this package sits below
+prolog_epilog, whose entry imports agent.client).
+
+Each connection: the peer's uid (SO_PEERCRED) is checked before a byte is read (root, or
+agent.allowed_uids); one request line of at most MAX_REQUEST_BYTES within
+REQUEST_TIMEOUT_S, checked by protocol.parse_request; one answer line. Whatever goes wrong
+is an error answer, the Prolog then runs the screen itself, and the agent goes on serving.
+
+Concurrency: a thread per connection, at most agent.max_concurrent screens at once (more
+are answered busy). A thread each rather than one lock around the screen, because a screen
+can block for seconds on a hung mount or NVML call (bounded by health.check_timeout_s and
+health.prolog_deadline_s) and one job's stuck screen must not hold back another job's
+start. Concurrent screens share what concurrent Prolog processes always shared (the node's
+counter and report files, written atomically) plus the NVML module, which NVML documents
+as thread-safe; the log writer holds its own lock. A hung NVML call leaves its reader
+thread behind (health_checks.runner): past THREADS_PER_SCREEN x max_concurrent live
+threads the agent answers busy, and the Prologs run in processes that take their hung
+threads with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slurm_triage.agent import protocol
+from slurm_triage.agent.sockets import Listener, bind_socket, notify_ready, peer_uid, read_request
+from slurm_triage.agent.xids import XidWatch
+from slurm_triage.config import Config, deprecations
+from slurm_triage.logs import get_logger
+from slurm_triage.nvml import nvml_module
+
+REQUEST_TIMEOUT_S = 2.0  # the Prolog writes its one line at once
+ACCEPT_POLL_S = 0.5  # how often the accept loop looks for a stop
+THREADS_PER_SCREEN = 8  # a screen's own readers (health_checks.runner), with room to spare
+# The Prolog's environment that names the job in our log lines (as prolog_epilog.entry).
+_CONTEXT = {
+    "SLURM_JOB_ID": "job_id",
+    "SLURMD_NODENAME": "node",
+    "SLURM_JOB_USER": "user",
+    "SLURM_JOB_PARTITION": "partition",
+    "SLURM_SCRIPT_CONTEXT": "context",
+}
+
+# prolog_epilog.prolog.prolog: (config, env, *, nvml, nvml_xids) -> exit status 0 or 1
+Screen = Callable[..., int]
+
+
+class Agent:
+    """What the agent holds between requests, and how it answers one connection."""
+
+    def __init__(
+        self,
+        config: Config,
+        node: str,
+        screen: Screen,
+        *,
+        nvml: Any = None,
+        xids: XidWatch | None = None,
+    ) -> None:
+        self.config, self.node, self.screen = config, node, screen
+        self.nvml, self.xids = nvml, xids
+        self._allowed = {0, *config.agent.allowed_uids}
+        self._slots = threading.BoundedSemaphore(config.agent.max_concurrent)
+        self._max_threads = THREADS_PER_SCREEN * config.agent.max_concurrent
+        self._log = get_logger(component="agent", node=node)
+
+    def handle(self, conn: socket.socket) -> None:
+        """Serve one connection and close it; never raises."""
+        with conn:
+            try:
+                answer = self._answer(conn)
+            except Exception as exc:  # our bug: the Prolog falls back, the agent serves on
+                self._log.error("agent_request_crashed", error=f"{type(exc).__name__}: {exc}")
+                answer = protocol.encode_answer(error="agent error")
+            with contextlib.suppress(OSError):
+                conn.settimeout(REQUEST_TIMEOUT_S)
+                conn.sendall(answer)
+
+    def _answer(self, conn: socket.socket) -> bytes:
+        uid = peer_uid(conn)
+        if uid not in self._allowed:
+            self._log.warning("agent_peer_refused", uid=uid)
+            return protocol.encode_answer(error=f"uid {uid} may not use the agent")
+        if threading.active_count() > self._max_threads:
+            self._log.warning("agent_busy", reason="threads", threads=threading.active_count())
+            return protocol.encode_answer(error="busy")
+        if not self._slots.acquire(blocking=False):
+            self._log.warning("agent_busy", reason="max_concurrent")
+            return protocol.encode_answer(error="busy")
+        try:
+            try:
+                env = protocol.parse_request(read_request(conn, REQUEST_TIMEOUT_S))
+            except protocol.ProtocolError as exc:
+                self._log.warning("agent_request_refused", uid=uid, reason=str(exc))
+                return protocol.encode_answer(error=str(exc))
+            return self._screen(env)
+        finally:
+            self._slots.release()
+
+    def _screen(self, env: dict[str, str]) -> bytes:
+        node = env.setdefault("SLURMD_NODENAME", self.node)
+        if node != self.node:
+            self._log.warning("agent_request_refused", reason="another node", asked=node)
+            return protocol.encode_answer(error=f"this agent serves node {self.node}")
+        log = get_logger(role="prolog", via="agent", **_context(env))
+        started = time.monotonic()
+        try:
+            status = self.screen(
+                self.config,
+                env,
+                nvml=self.nvml,
+                nvml_xids=self.xids.recent if self.xids is not None else None,
+            )
+        except Exception as exc:  # the Prolog runs the screen itself, as before the agent
+            log.error("role_crashed", error=f"{type(exc).__name__}: {exc}")
+            return protocol.encode_answer(error="the screen crashed")
+        log.info("role_done", exit_status=status, seconds=round(time.monotonic() - started, 4))
+        if status not in (0, 1):
+            return protocol.encode_answer(error=f"the screen returned {status}")
+        return protocol.encode_answer(exit_status=status)
+
+
+def _context(env: Mapping[str, str]) -> dict[str, str]:
+    return {key: env[name] for name, key in _CONTEXT.items() if name in env}
+
+
+def serve(listener: Listener, agent: Agent, stop: threading.Event) -> None:
+    """Accept connections until `stop` is set, each served in a thread of its own."""
+    listener.sock.settimeout(ACCEPT_POLL_S)
+    while not stop.is_set():
+        try:
+            conn, _ = listener.sock.accept()
+        except TimeoutError:
+            continue
+        except OSError as exc:  # EMFILE and the like: wait, do not spin
+            get_logger(component="agent").error("agent_accept_failed", error=str(exc))
+            stop.wait(ACCEPT_POLL_S)
+            continue
+        conn.settimeout(REQUEST_TIMEOUT_S)
+        threading.Thread(target=agent.handle, args=(conn,), name="agent-conn", daemon=True).start()
+
+
+def open_nvml(config: Config, node: str) -> tuple[Any, bool]:
+    """This node's NVML module, initialised for the agent's life when it can be (held)."""
+    nvml = nvml_module(config.health, node)
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # each screen then initialises it, as a cold Prolog does
+        get_logger(node=node).warning("agent_nvml_unavailable", error=f"{type(exc).__name__}")
+        return nvml, False
+    return nvml, True
+
+
+def run_agent(config: Config, screen: Screen, node: str) -> int:
+    """The agent's life: hold NVML, watch XIDs, listen, serve until SIGTERM or SIGINT.
+    AgentError (exit 2) when the socket cannot be had."""
+    log = get_logger(component="agent", node=node)
+    for line in deprecations(config):
+        log.warning("config_deprecated_key", detail=line)
+    nvml, held = open_nvml(config, node)
+    xids = None
+    if config.agent.watch_xids:
+        xids = XidWatch(nvml, node, window_s=config.health.kernel_window_s)
+        xids.start()
+    stop = threading.Event()
+    try:
+        listener = bind_socket(config.agent.socket)
+    except Exception:
+        _release(xids, nvml, held)
+        raise
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    log.info("agent_started", socket=config.agent.socket, nvml_held=held, xids=xids is not None)
+    notify_ready()
+    try:
+        serve(listener, Agent(config, node, screen, nvml=nvml, xids=xids), stop)
+    finally:
+        listener.close()
+        _release(xids, nvml, held)
+        log.info("agent_stopped")
+    return 0
+
+
+def _release(xids: XidWatch | None, nvml: Any, held: bool) -> None:
+    if xids is not None:
+        xids.stop()
+    if held:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()

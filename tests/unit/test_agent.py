@@ -1,0 +1,475 @@
+"""The node agent (agent.server) and the Prolog's way to it (prolog_epilog.entry): the same
+verdict and exit status as the screen in-process, on a simulated 8-GPU, 4-HCA, 3-mount node,
+healthy and broken; the Prolog's fallback when the agent is absent, stale, hung or talks
+garbage; peers refused by uid; bad requests answered and survived; concurrent Prologs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_triage.agent import client, protocol, server
+from slurm_triage.agent.client import Outcome
+from slurm_triage.agent.server import Agent, open_nvml, serve
+from slurm_triage.agent.sockets import AgentError, bind_socket
+from slurm_triage.agent.xids import XidWatch
+from slurm_triage.config import Config, load_config
+from slurm_triage.logs import setup_logging
+from slurm_triage.prolog_epilog.entry import prolog_main
+from slurm_triage.prolog_epilog.prolog import prolog
+from slurm_triage.simulate.estate import MOUNTS, NodeEstate, inject
+
+BIN = Path(sys.executable).parent
+NOBODY = 65534
+
+
+class Node:
+    """A simulated node1, its config file, and where the agent listens."""
+
+    def __init__(self, root: Path, socket_dir: Path, **agent: object) -> None:
+        self.root, self.socket = root, str(socket_dir / "agent.sock")
+        self.estate = NodeEstate(root / "sim", "node1").ensure()
+        (root / "no-slurm").mkdir(exist_ok=True)
+        (root / "evidence").mkdir(mode=0o1777, exist_ok=True)
+        self.log = root / "triage.log"
+        sim = root / "sim"
+        mounts = ", ".join(f'"{sim}/{{node}}/mounts/{m}"' for m in MOUNTS)
+        extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in agent.items())
+        self.config_path = root / f"config{len(list(root.glob('config*.toml')))}.toml"
+        self.config_path.write_text(
+            f'[logging]\ndestination = "file"\nfile = "{self.log}"\nformat = "json"\n'
+            f'[paths]\nstate_dir = "{root}/state"\nevidence_dir = "{root}/evidence"\n'
+            f'[slurm]\nbin_dir = "{root}/no-slurm"\nattempts = 1\ntimeout_s = 2\n'
+            f'[health]\nnvml = "simulated"\nsimulate_root = "{sim}"\n'
+            f'kernel_log = "{sim}/{{node}}/kern.log"\nsysfs_root = "{sim}/{{node}}/sys"\n'
+            f'mountinfo = "{sim}/{{node}}/mountinfo"\nmounts = [{mounts}]\n'
+            'ib_ports = ["mlx5_0:1", "mlx5_1:1", "mlx5_2:1", "mlx5_3:1"]\nib_rate_gbps = 400\n'
+            f'[agent]\nsocket = "{self.socket}"\n{extra}'
+        )
+        self.config: Config = load_config(self.config_path, env={})
+
+    def env(self, job: int, **more: str) -> dict[str, str]:
+        """The Prolog's environment for job `job` (what slurmd gives it, plus where the
+        agent is)."""
+        return {
+            "SLURM_JOB_ID": str(job),
+            "SLURM_JOB_UID": "0",
+            "SLURM_JOB_GID": "0",
+            "SLURMD_NODENAME": "node1",
+            "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+            protocol.SOCKET_ENV: self.socket,
+            **more,
+        }
+
+    def verdict(self) -> list[tuple[str, str, str]]:
+        """The last screen's checks, statuses and reasons (its saved report)."""
+        report = json.loads((self.root / "state" / "health" / "node1.last.json").read_text())
+        return [(r["check"], r["status"], r["reason"]) for r in report["results"]]
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        return [e for e in map(json.loads, lines) if e.get("event") == name]
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    node = Node(tmp_path, tmp_path / "run")
+    setup_logging(node.config.logging, program="test-agent")
+    return node
+
+
+@contextlib.contextmanager
+def serving(
+    config: Config, screen: Callable[..., int] = prolog, *, xids: XidWatch | None = None
+) -> Iterator[Agent]:
+    """The agent's server in a thread of this process, on config.agent.socket."""
+    listener = bind_socket(config.agent.socket)
+    nvml, _ = open_nvml(config, "node1")
+    agent = Agent(config, "node1", screen, nvml=nvml, xids=xids)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(listener, agent, stop), daemon=True)
+    thread.start()
+    try:
+        yield agent
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def _raw(path: str, payload: bytes, *, wait_s: float = 10.0) -> dict[str, Any]:
+    """Send bytes as they are and read the one answer line."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(wait_s)
+        conn.connect(path)
+        conn.sendall(payload)
+        answer = conn.makefile("rb").readline()
+    return dict(json.loads(answer))
+
+
+# -- the same verdict ------------------------------------------------------------------------
+
+
+def test_a_healthy_node_passes_through_the_agent_as_in_process(node: Node) -> None:
+    """Exit 0 and the same checks with the same statuses and reasons either way (after a
+    first screen, which sets the NVLink baseline both then judge against)."""
+    assert prolog(node.config, node.env(10)) == 0
+    with serving(node.config):
+        reply = client.ask_agent(node.env(11))
+    assert (reply.outcome, reply.exit_status) == (Outcome.ANSWERED, 0)
+    through_agent = node.verdict()
+    assert prolog(node.config, node.env(12)) == 0
+    assert node.verdict() == through_agent
+    assert {status for _, status, _ in through_agent} <= {"OK", "SKIPPED"}
+    (done,) = [e for e in node.events("role_done") if e.get("via") == "agent"]
+    assert (done["job_id"], done["exit_status"]) == ("11", 0)
+
+
+def test_a_broken_node_turns_the_job_away_through_the_agent_as_in_process(node: Node) -> None:
+    """XID 79 (GPU fallen off the bus): exit 1, the same failed check, and root's record for
+    the decision, either way (Slurm unreachable here: the drain is a logged outcome)."""
+    assert prolog(node.config, node.env(20)) == 0
+    inject(node.estate, "xid", 79, gpu=2)
+    with serving(node.config):
+        reply = client.ask_agent(node.env(21))
+    assert (reply.outcome, reply.exit_status) == (Outcome.ANSWERED, 1)
+    through_agent = node.verdict()
+    assert prolog(node.config, node.env(22)) == 1
+    assert node.verdict() == through_agent
+    assert any(status == "FAIL" for _, status, _ in through_agent)
+    for job in (21, 22):
+        assert (node.root / "evidence" / "_root" / str(job) / "node1.prolog.json").exists()
+
+
+def test_an_xid_only_the_agent_saw_fails_its_screen(node: Node) -> None:
+    """The agent's NVML watcher saw XID 109 (context switch timeout) that the kernel log no
+    longer holds (its ring overwritten): the agent turns the job away; a cold Prolog,
+    which only has the log, cannot know."""
+    nvml, _ = open_nvml(node.config, "node1")
+    watch = XidWatch(nvml, "node1", window_s=600, poll_ms=50)
+    watch.start()
+    try:
+        assert watch.watching.wait(10)
+        inject(node.estate, "xid", 109, gpu=5)
+        node.estate.kernel_log.write_text("")
+        deadline = time.monotonic() + 10
+        while not watch.recent():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with serving(node.config, xids=watch):
+            reply = client.ask_agent(node.env(31))
+    finally:
+        watch.stop()
+    assert reply.exit_status == 1
+    assert ("gpu.xid", "FAIL") in [(c, s) for c, s, _ in node.verdict()]
+    assert prolog(node.config, node.env(32)) == 0
+
+
+# -- the Prolog without the agent --------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _absent(path: str) -> Iterator[None]:
+    yield
+
+
+@contextlib.contextmanager
+def _stale(path: str) -> Iterator[None]:
+    """A socket file nobody listens on (an agent that died without cleaning up)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.close()
+    yield
+
+
+@contextlib.contextmanager
+def _hung(path: str) -> Iterator[None]:
+    """Listening, never accepting: connect succeeds (the backlog), no answer ever comes."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(path)
+        sock.listen(8)
+        yield
+
+
+@contextlib.contextmanager
+def _garbage(path: str) -> Iterator[None]:
+    """Answers every connection with a line that is not this protocol's."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.listen(8)
+
+    def answer() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = sock.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        yield
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize(
+    ("agent", "outcome"),
+    [
+        (_absent, Outcome.NOT_RUNNING),
+        (_stale, Outcome.NOT_RUNNING),
+        (_hung, Outcome.TIMED_OUT),
+        (_garbage, Outcome.GARBAGE),
+    ],
+)
+@pytest.mark.parametrize("fault", [None, "xid=79"])
+def test_without_an_agents_verdict_the_prolog_screens_itself(
+    node: Node,
+    monkeypatch: pytest.MonkeyPatch,
+    agent: Callable[[str], contextlib.AbstractContextManager[None]],
+    outcome: Outcome,
+    fault: str | None,
+) -> None:
+    """The Prolog entry exits as the screen in this process says (0 healthy, 1 broken),
+    and logs why the agent gave no verdict."""
+    if fault:
+        inject(node.estate, "xid", 79, gpu=0)
+    expected = prolog(node.config, node.env(40))
+    assert expected == (1 if fault else 0)
+    os.makedirs(os.path.dirname(node.socket), exist_ok=True)
+    for name, value in node.env(41).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_TRIAGE_CONFIG", str(node.config_path))
+    monkeypatch.setenv(protocol.ANSWER_TIMEOUT_ENV, "0.3")
+    started = time.monotonic()
+    with agent(node.socket):
+        assert prolog_main() == expected
+    assert time.monotonic() - started < 8
+    (fallback,) = node.events("prolog_agent_fallback")
+    assert fallback["outcome"] == outcome.value
+    assert fallback["level"] == ("info" if outcome is Outcome.NOT_RUNNING else "warning")
+
+
+def test_an_agent_that_refuses_leaves_the_screen_to_the_prolog(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error answer (here: a job environment the agent does not take) is a fallback
+    too, with the same verdict as in-process."""
+    for name, value in node.env(51, SLURM_JOB_GPUS="GPU-8f3e2a").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_TRIAGE_CONFIG", str(node.config_path))
+    with serving(node.config):
+        assert prolog_main() == 0
+    (fallback,) = node.events("prolog_agent_fallback")
+    assert fallback["outcome"] == "refused" and "SLURM_JOB_GPUS" in fallback["detail"]
+
+
+# -- hostile and broken clients ----------------------------------------------------------------
+
+
+def test_bad_requests_get_an_error_answer_and_the_agent_serves_on(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "REQUEST_TIMEOUT_S", 0.3)
+    good = protocol.encode_request(node.env(61))
+    with serving(node.config):
+        too_long = _raw(node.socket, b"a" * (protocol.MAX_REQUEST_BYTES + 500))
+        assert "longer than" in too_long["error"]
+        long_line = b'{"v": 1, "kind": "prolog", "env": {}, "pad": "' + b"x" * 9000 + b'"}\n'
+        assert "longer than" in _raw(node.socket, long_line)["error"]
+        assert "error" in _raw(node.socket, b"not json\n")
+        assert "error" in _raw(node.socket, b'{"v": 1, "kind": "prolog", "env": []}\n')
+        hostile = {"v": 1, "kind": "prolog", "env": {"LD_PRELOAD": "/tmp/x.so"}}
+        assert "does not take" in _raw(node.socket, json.dumps(hostile).encode() + b"\n")["error"]
+        assert (
+            "node1"
+            in _raw(node.socket, protocol.encode_request(node.env(62, SLURMD_NODENAME="node9")))[
+                "error"
+            ]
+        )
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+            silent.settimeout(5)
+            silent.connect(node.socket)
+            assert b"no whole request" in silent.makefile("rb").readline()
+        half = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        half.connect(node.socket)
+        half.sendall(good[:20])
+        half.close()
+        assert _raw(node.socket, good) == {"v": 1, "exit_status": 0}
+    refused = node.events("agent_request_refused")
+    assert len(refused) >= 6 and all("\n" not in e["reason"] for e in refused)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_a_peer_uid_not_allowed_is_refused_before_its_request_is_read(
+    tmp_path: Path,
+) -> None:
+    """Past the socket's mode (made 0666 here, as a mistake would), the agent still serves
+    only root and agent.allowed_uids, by the kernel's word (SO_PEERCRED)."""
+    socket_dir = Path(tempfile.mkdtemp(prefix="agent-peer-", dir="/tmp"))
+    try:
+        socket_dir.chmod(0o755)
+        ask = (
+            "import socket, sys\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(20)\n"
+            "s.connect(sys.argv[1]); s.sendall(sys.argv[2].encode())\n"
+            "print(s.makefile().readline(), end='')\n"
+        )
+        for allowed, served in (((), False), ((NOBODY,), True)):
+            node = Node(tmp_path, socket_dir, allowed_uids=list(allowed))
+            setup_logging(node.config.logging, program="test-agent")
+            request = protocol.encode_request(node.env(71)).decode()
+            with serving(node.config):
+                os.chmod(node.socket, 0o666)
+                done = subprocess.run(
+                    ["python3", "-I", "-c", ask, node.socket, request],
+                    user=NOBODY,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    cwd="/",
+                )
+            assert done.returncode == 0, done.stderr
+            answer = json.loads(done.stdout)
+            if served:
+                assert answer == {"v": 1, "exit_status": 0}
+            else:
+                assert answer == {"v": 1, "error": f"uid {NOBODY} may not use the agent"}
+                assert [e["uid"] for e in node.events("agent_peer_refused")] == [NOBODY]
+    finally:
+        for leftover in socket_dir.iterdir():
+            leftover.unlink()
+        socket_dir.rmdir()
+
+
+# -- several jobs starting at once ---------------------------------------------------------------
+
+
+def test_concurrent_prologs_are_each_served(node: Node) -> None:
+    """Six jobs starting together on one node: six screens in their own threads, each
+    answered 0, and NVML's init count back to the agent's own one."""
+    with serving(node.config) as agent:
+        replies: dict[int, client.Reply] = {}
+
+        def ask(job: int) -> None:
+            replies[job] = client.ask_agent(node.env(job))
+
+        threads = [threading.Thread(target=ask, args=(job,)) for job in range(100, 106)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert {job: r.exit_status for job, r in replies.items()} == dict.fromkeys(
+            range(100, 106), 0
+        )
+        assert agent.nvml._initialised == 1
+    done = [e for e in node.events("role_done") if e.get("via") == "agent"]
+    assert sorted(e["job_id"] for e in done) == [str(j) for j in range(100, 106)]
+
+
+def test_past_max_concurrent_a_prolog_is_answered_busy(tmp_path: Path) -> None:
+    """With every slot taken, the next Prolog is told busy at once (and screens itself)."""
+    node = Node(tmp_path, tmp_path / "run", max_concurrent=1)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_screen(*_args: object, **_kwargs: object) -> int:
+        entered.set()
+        release.wait(30)
+        return 0
+
+    with serving(node.config, slow_screen):
+        first: list[client.Reply] = []
+        holder = threading.Thread(target=lambda: first.append(client.ask_agent(node.env(1))))
+        holder.start()
+        assert entered.wait(10)
+        busy = client.ask_agent(node.env(2))
+        release.set()
+        holder.join(30)
+    assert (busy.outcome, busy.detail) == (Outcome.REFUSED, "agent refused: busy")
+    assert first[0].exit_status == 0
+
+
+# -- the agent as systemd runs it ----------------------------------------------------------------
+
+
+def test_the_agent_process_serves_the_prolog_program_and_stops_clean(node: Node) -> None:
+    """`slurm-triage agent` listens (socket 0600), `slurm-triage-prolog` gets its verdict,
+    a second agent on the same socket is refused (exit 2, one line), SIGTERM stops the
+    first with exit 0 and removes its socket."""
+    env = {**os.environ, "SLURM_TRIAGE_CONFIG": str(node.config_path)}
+    agent = subprocess.Popen(
+        [str(BIN / "slurm-triage"), "agent", "--node", "node1"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not node.events("agent_started"):
+            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert os.stat(node.socket).st_mode & 0o777 == 0o600
+        prolog_env = {**env, **node.env(81)}
+        done = subprocess.run(
+            [str(BIN / "slurm-triage-prolog")], env=prolog_env, capture_output=True, timeout=60
+        )
+        assert done.returncode == 0
+        assert [e["job_id"] for e in node.events("role_done") if e.get("via") == "agent"] == ["81"]
+        assert node.events("prolog_agent_fallback") == []
+        second = subprocess.run(
+            [str(BIN / "slurm-triage"), "agent", "--node", "node1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines() == [
+            f"slurm-triage: error: {node.socket}: another agent is serving it"
+        ]
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(30) == 0
+    assert not os.path.exists(node.socket)
+    assert node.events("agent_stopped")
+
+
+def test_the_socket_is_not_taken_from_what_is_not_ours(tmp_path: Path) -> None:
+    """A path that is not a socket, a relative path, or a directory others may write: the
+    agent does not start (AgentError: one line, exit 2)."""
+    plain = tmp_path / "run" / "agent.sock"
+    plain.parent.mkdir()
+    plain.write_text("not a socket")
+    with pytest.raises(AgentError, match="is not a socket"):
+        bind_socket(str(plain))
+    with pytest.raises(AgentError, match="absolute"):
+        bind_socket("run/agent.sock")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(AgentError, match="writable by no one else"):
+        bind_socket(str(shared / "agent.sock"))
+    assert not (shared / "agent.sock").exists()
+
+
+def test_a_bad_node_name_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from slurm_triage.cli.main import main
+
+    assert main(["agent", "--node", "../etc"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "slurm-triage: error: --node '../etc': not a Slurm node name (letters, digits, . _ -)"
+    ]
