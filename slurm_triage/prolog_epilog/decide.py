@@ -16,9 +16,7 @@ clock for its deadlines.
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -158,7 +156,7 @@ def decide(
     run = read_ended_run(config, end, door, job or door.job(end.job_id), clock, started)
     end = run.end
     log = get_logger(job_id=end.job_id, restart=end.restart)
-    owner = f"{socket.gethostname()}:{os.getpid()}"
+    owner = f"{os.uname().nodename}:{os.getpid()}"  # gethostname(2), without socket
     if not journal.claim(end.job_id, end.restart, owner):
         log.info("decision_already_taken")
         return Outcome(end.job_id, decided=False)
@@ -340,6 +338,8 @@ def _decide_detached(
         log.warning("decision_not_detached", error=str(exc))
         _decide_with_journal(config, end, door, env, job, clock)
         return
+    import logging  # for its shutdown only, in the detached process
+
     status = 0
     try:
         _decide_with_journal(config, end, door, env, job, clock)

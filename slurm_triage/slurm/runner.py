@@ -15,8 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-import tenacity
+from typing import TYPE_CHECKING
 
 from slurm_triage.slurm.errors import (
     InvalidJobState,
@@ -28,6 +27,9 @@ from slurm_triage.slurm.errors import (
     SlurmTimeout,
     SlurmUnavailable,
 )
+
+if TYPE_CHECKING:
+    import tenacity
 
 # stderr text of Slurm 22.05+ clients mapped to our error classes; first match wins.
 _ERROR_PATTERNS: tuple[
@@ -102,6 +104,24 @@ class Runner:
         def remaining() -> float:
             return deadline - self.clock()
 
+        try:
+            return self._attempt(command, remaining, check)
+        except SlurmUnavailable as exc:
+            if self.attempts <= 1:
+                raise
+            first_failure: SlurmUnavailable | None = exc
+        # tenacity (and concurrent.futures under it, ~7 ms) is imported for a retry only:
+        # most commands succeed at once (issue 20). The first attempt's failure is handed
+        # to it as its attempt 1, so waits and bounds are the same as retrying from the start.
+        import tenacity
+
+        def attempt() -> CommandResult:
+            nonlocal first_failure
+            if first_failure is not None:
+                failed, first_failure = first_failure, None
+                raise failed
+            return self._attempt(command, remaining, check)
+
         def wait(state: tenacity.RetryCallState) -> float:
             backoff = self.retry_wait_s * (2 ** (state.attempt_number - 1))
             return max(0.0, min(backoff, remaining() - 0.05))
@@ -113,7 +133,7 @@ class Runner:
             sleep=self.sleep,
             reraise=True,
         )
-        return retrying(self._attempt, command, remaining, check)
+        return retrying(attempt)
 
     def _attempt(
         self, command: list[str], remaining: Callable[[], float], check: bool

@@ -87,6 +87,11 @@ NOT_IN_DECISION = (
     "slurm_triage.actuator.nodes",
     "slurm_triage.policies.nodes",
     "slurm_triage.health_checks",
+    # The host name is os.uname's; stdlib logging is a detached decision's, for its
+    # shutdown; tenacity is a Slurm command's retry (issue 20).
+    "socket",
+    "logging",
+    "tenacity",
 )
 
 REPORT = (

@@ -7,6 +7,8 @@ the deadline is proven against real processes, grandchildren included.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -83,7 +85,8 @@ def test_transient_failure_is_retried_with_exact_waits(bin_dir: Path) -> None:
     assert counter.read_text().strip() == "3"
 
 
-def test_retries_are_bounded(bin_dir: Path) -> None:
+@pytest.mark.parametrize("attempts", [1, 3])
+def test_retries_are_bounded(bin_dir: Path, attempts: int) -> None:
     """A controller that stays down raises SlurmUnavailable after `attempts` tries."""
     counter = bin_dir / "count"
     _fake(
@@ -92,11 +95,25 @@ def test_retries_are_bounded(bin_dir: Path) -> None:
         f"echo x >> {counter}\necho 'Unable to contact slurm controller' >&2; exit 1",
     )
     runner = Runner(
-        timeout_s=30, attempts=3, sleep=lambda s: None, resolve=lambda n: str(bin_dir / n)
+        timeout_s=30, attempts=attempts, sleep=lambda s: None, resolve=lambda n: str(bin_dir / n)
     )
     with pytest.raises(SlurmUnavailable):
         runner.run(["scontrol", "ping"])
-    assert len(counter.read_text().splitlines()) == 3
+    assert len(counter.read_text().splitlines()) == attempts
+
+
+def test_a_command_that_succeeds_at_once_imports_no_retry_machinery(bin_dir: Path) -> None:
+    """tenacity (and concurrent.futures under it) is imported for a retry only: a command
+    that succeeds at once, as most do, does without it (every decision pays its imports)."""
+    _fake(bin_dir, "scontrol", "echo ok")
+    code = (
+        "import sys\nfrom slurm_triage.slurm.runner import Runner\n"
+        f"runner = Runner(resolve=lambda name: {str(bin_dir)!r} + '/' + name)\n"
+        "assert runner.run(['scontrol', 'ping']).stdout.strip() == 'ok'\n"
+        "print([m for m in ('tenacity', 'concurrent.futures') if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stderr
 
 
 @pytest.mark.parametrize(
