@@ -25,9 +25,10 @@ import syslog
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from slurm_triage.config import LoggingConfig
+if TYPE_CHECKING:
+    from slurm_triage.config import LoggingConfig
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _SYSLOG_PRIORITY = {
@@ -128,6 +129,18 @@ def setup_logging(
     _sink = _Sink(_LEVELS[config.level], program, writer, None if use_json else _isatty(stream))
     if fallback_reason:
         get_logger().warning("log_file_unwritable", reason=fallback_reason, using=fallback)
+
+
+def setup_stderr_logging(
+    level: str = "warning", program: str = "slurm-triage", stream: TextIO | None = None
+) -> None:
+    """What `setup_logging(LoggingConfig(level=level))` sets up (stderr, JSON lines unless
+    it is a terminal), without the config module: the CLI's logging before a command reads
+    its config, which `classify` and the other offline commands never do (issue 20)."""
+    global _sink
+    stream = stream or sys.stderr
+    use_json = not _isatty(stream)  # format = "auto"
+    _sink = _Sink(_LEVELS[level], program, _stream_writer(stream), None if use_json else True)
 
 
 def reset_logging() -> None:

@@ -11,11 +11,14 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurm_triage import __version__
-from slurm_triage.config import Config, LoggingConfig, load_config
 from slurm_triage.errors import TriageError
-from slurm_triage.logs import setup_logging
+from slurm_triage.logs import setup_logging, setup_stderr_logging
+
+if TYPE_CHECKING:
+    from slurm_triage.config import Config
 
 # Every command: its name, the module whose `register(subparsers)` adds it, and its one-line
 # help for `slurm-triage --help` (the same text the module gives add_parser(help=...); a test
@@ -129,6 +132,10 @@ class Context:
 
     def config(self) -> Config:
         if self._config is None:
+            # Imported here: classify and the offline commands never read a config, and
+            # the config module (a dozen dataclasses, the TOML parser) is not free (issue 20).
+            from slurm_triage.config import load_config
+
             self._config = load_config(self._config_path)
             setup_logging(self._config.logging, job_output=self.job_output)
         return self._config
@@ -182,7 +189,7 @@ def command_asked(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    setup_logging(LoggingConfig(level="warning"))
+    setup_stderr_logging("warning")
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_asked(argv) or "")
     args = parser.parse_args(argv)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_triage.config import LoggingConfig
-from slurm_triage.logs import get_logger, setup_logging
+from slurm_triage.logs import get_logger, setup_logging, setup_stderr_logging
 
 
 class _Tty(io.StringIO):
@@ -42,6 +42,25 @@ def test_auto_format_is_json_off_a_tty_and_console_on_one() -> None:
     text = re.sub(r"\x1b\[[0-9;]*m", "", tty.getvalue())
     assert "check_passed" in text and "check=gpu.count" in text
     assert not text.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("stream_type", [io.StringIO, _Tty])
+def test_stderr_logging_before_the_config_is_the_configs_default(
+    stream_type: type[io.StringIO],
+) -> None:
+    """The CLI's logging before it reads a config writes what LoggingConfig(level=...) with
+    the rest at defaults would: the same levels, JSON to a pipe, console text to a tty."""
+    lines = []
+    for setup in (
+        lambda s: setup_logging(LoggingConfig(level="warning"), stream=s),
+        lambda s: setup_stderr_logging("warning", stream=s),
+    ):
+        stream = stream_type()
+        setup(stream)
+        get_logger(job_id=3).info("quiet")
+        get_logger(job_id=3).warning("loud", node="n1")
+        lines.append(re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z?", "T", stream.getvalue()))
+    assert lines[0] == lines[1] and "loud" in lines[0] and "quiet" not in lines[0]
 
 
 def test_level_filters_lower_events() -> None:
