@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
+import sys
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -444,8 +444,18 @@ def _check_range(name: str, meta: Any, value: Any) -> None:
         raise ConfigError(f"{name} = {value!r} is too large; expected <= {high}")
 
 
+def _declared_type(cls: type, key: str) -> Any:
+    """The type a field of a section declares. The annotation is our own source text
+    (`from __future__ import annotations`), evaluated in this module as
+    typing.get_type_hints would, but for the keys a file or override sets only: evaluating
+    every field of every section was most of a load (issue 20)."""
+    hint = cls.__annotations__[key]
+    return eval(hint, vars(sys.modules[cls.__module__])) if isinstance(hint, str) else hint
+
+
 def _build_section(section: str, cls: type, values: dict[str, Any], from_env: set[str]) -> Any:
-    hints = typing.get_type_hints(cls, include_extras=False)
+    if not values:
+        return cls()
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
@@ -455,7 +465,7 @@ def _build_section(section: str, cls: type, values: dict[str, Any], from_env: se
     kwargs = {}
     for key, value in values.items():
         name = f"{section}.{key}"
-        coerced = _coerce(name, hints[key], value, key in from_env)
+        coerced = _coerce(name, _declared_type(cls, key), value, key in from_env)
         if isinstance(coerced, int | float) and not isinstance(coerced, bool):
             _check_range(name, fields[key].metadata, coerced)
         kwargs[key] = coerced
@@ -519,6 +529,8 @@ def config_path(env: Mapping[str, str] | None = None) -> tuple[Path, bool]:
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse one TOML file; every failure is a one-line ConfigError naming the file."""
+    import tomllib  # a file to read: a process on built-in defaults never pays for it
+
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)

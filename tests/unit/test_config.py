@@ -24,6 +24,28 @@ def test_defaults_when_default_file_missing(
     assert config.source == "<defaults>"
 
 
+def test_the_toml_parser_is_imported_for_a_file_only(tmp_path: Path) -> None:
+    """A process on the built-in defaults (no config file) never imports tomllib; one that
+    reads a file does, and every key a file sets is still checked against its type."""
+    path = tmp_path / "c.toml"
+    path.write_text('[health]\nmounts = ["/a", 3]\n')
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from slurm_triage.config import ConfigError, config_from_mapping, load_config\n"
+        "config_from_mapping({}, {'SLURM_TRIAGE__SLURM__TIMEOUT_S': '5'})\n"
+        "print('tomllib' in sys.modules)\n"
+        f"try:\n    load_config(Path({str(path)!r}), env={{}})\n"
+        "except ConfigError as exc:\n    print(exc)\n"
+        "print('tomllib' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.splitlines() == [
+        "False",
+        "health.mounts[1] = 3 is not valid; expected a string",
+        "True",
+    ], done.stderr
+
+
 def test_file_values_are_typed_and_frozen(tmp_path: Path) -> None:
     """Values from TOML land in frozen dataclasses with their declared types."""
     path = tmp_path / "c.toml"
