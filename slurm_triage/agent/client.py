@@ -15,7 +15,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 
 from slurm_triage.agent import protocol
@@ -70,12 +70,26 @@ def ask_agent(env: Mapping[str, str]) -> Reply:
         path, connect_s, answer_s = settings(env)
     except ValueError as exc:
         return Reply(Outcome.BAD_SETTINGS, detail=str(exc)[:200])
-    outcome, status, detail = _ask(path, connect_s, answer_s, protocol.encode_request(env))
+    request = protocol.encode_request(env)
+    outcome, status, detail = _ask(path, connect_s, answer_s, request, protocol.parse_answer)
     return Reply(outcome, status, detail, path, (connect_s, answer_s))
 
 
+def release_nvml(
+    path: str, seconds: int, connect_s: float, answer_s: float
+) -> tuple[Outcome, int | None, str]:
+    """Ask the agent to let go of NVML for `seconds` (0: take it back): how it went, the
+    seconds it let go for (ANSWERED only), why not."""
+    request = protocol.encode_release(seconds)
+    return _ask(path, connect_s, answer_s, request, protocol.parse_release_answer)
+
+
 def _ask(
-    path: str, connect_s: float, answer_s: float, request: bytes
+    path: str,
+    connect_s: float,
+    answer_s: float,
+    request: bytes,
+    parse: Callable[[bytes], int],
 ) -> tuple[Outcome, int | None, str]:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -96,7 +110,7 @@ def _ask(
     except protocol.ProtocolError as exc:
         return Outcome.GARBAGE, None, str(exc)
     try:
-        return Outcome.ANSWERED, protocol.parse_answer(line), ""
+        return Outcome.ANSWERED, parse(line), ""
     except protocol.Refused as exc:
         return Outcome.REFUSED, None, str(exc)
     except protocol.ProtocolError as exc:

@@ -1,13 +1,19 @@
 """The agent's wire format: one bounded JSON line each way over a Unix socket.
 
-    request  {"v": 1, "kind": "prolog", "env": {"SLURM_JOB_ID": "123", ...}}   <= 8 KiB
-    answer   {"v": 1, "exit_status": 0}  or  {"v": 1, "error": "<one line>"}  <= 4 KiB
+    prolog        {"v": 1, "kind": "prolog", "env": {"SLURM_JOB_ID": "123", ...}}
+                  -> {"v": 1, "exit_status": 0}
+    release_nvml  {"v": 1, "kind": "release_nvml", "seconds": 300}
+                  -> {"v": 1, "released_s": 300}
+    any refusal   -> {"v": 1, "error": "<one line>"}
 
-The request is untrusted input to root: only the closed list of variables below (what the
-Prolog's screen reads, and its log context) may appear, each with a checked form; anything
-else refuses the whole request, and the Prolog then runs its screen itself on the same
-environment, so a refusal never changes a verdict. Import-light (json only): the Prolog's
-client imports it on every job start.
+Requests are at most MAX_REQUEST_BYTES, answers MAX_ANSWER_BYTES. A request is untrusted
+input to root: a Prolog's environment may hold only the closed list of variables below
+(what the Prolog's screen reads, and its log context), each of a checked form; anything else
+refuses the whole request, and the Prolog then runs its screen itself on the same
+environment, so a refusal never changes a verdict. `release_nvml` is the GPU reset's
+(prolog_epilog.gpu_repair): NVIDIA refuses a reset while any process holds the GPU, the
+agent included, so it lets go of NVML for `seconds` (0: take it back now).
+Import-light (json only): the Prolog's client imports it on every job start.
 """
 
 from __future__ import annotations
@@ -32,10 +38,23 @@ ANSWER_TIMEOUT_ENV = "SLURM_TRIAGE__AGENT__ANSWER_TIMEOUT_S"
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-class RequestKind(StrEnum):
-    """What a client may ask; the one kind today."""
+MAX_RELEASE_S = 3600
 
-    PROLOG = "prolog"
+
+class RequestKind(StrEnum):
+    """What a client may ask."""
+
+    PROLOG = "prolog"  # run the Prolog's screen for this job environment
+    RELEASE_NVML = "release_nvml"  # let go of NVML for a while (a GPU reset is coming)
+
+
+class Request:
+    """A checked request: its kind, and the Prolog's environment or the seconds asked."""
+
+    __slots__ = ("kind", "env", "seconds")
+
+    def __init__(self, kind: RequestKind, env: dict[str, str], seconds: int = 0) -> None:
+        self.kind, self.env, self.seconds = kind, env, seconds
 
 
 class ProtocolError(ValueError):
@@ -88,19 +107,32 @@ def encode_request(env: Mapping[str, str]) -> bytes:
     return line.encode("utf-8", "surrogateescape") + b"\n"
 
 
-def parse_request(line: bytes) -> dict[str, str]:
-    """The Prolog environment a request line (without its newline) carries, only names of
-    ENV_RULES in their checked forms; ProtocolError says what is wrong."""
+def encode_release(seconds: int) -> bytes:
+    """The GPU reset's request: let go of NVML for `seconds` (0: take it back now)."""
+    line = json.dumps({"v": VERSION, "kind": RequestKind.RELEASE_NVML.value, "seconds": seconds})
+    return line.encode() + b"\n"
+
+
+def parse_request(line: bytes) -> Request:
+    """The request a line (without its newline) carries, every field checked;
+    ProtocolError says what is wrong."""
     try:
         data = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError("request is not one JSON line") from None
-    if not isinstance(data, dict) or set(data) != {"v", "kind", "env"}:
-        raise ProtocolError("request must hold exactly v, kind and env")
-    if data["v"] != VERSION:
-        raise ProtocolError(f"protocol version must be {VERSION}")
-    if data["kind"] not in tuple(RequestKind):
+    if not isinstance(data, dict) or data.get("v") != VERSION:
+        raise ProtocolError(f"request must be an object of protocol version {VERSION}")
+    if data.get("kind") == RequestKind.RELEASE_NVML.value:
+        seconds = data.get("seconds")
+        if set(data) != {"v", "kind", "seconds"} or type(seconds) is not int:
+            raise ProtocolError("release_nvml must hold exactly v, kind and seconds")
+        if not 0 <= seconds <= MAX_RELEASE_S:
+            raise ProtocolError(f"seconds must be 0 to {MAX_RELEASE_S}")
+        return Request(RequestKind.RELEASE_NVML, {}, seconds)
+    if data.get("kind") != RequestKind.PROLOG.value:
         raise ProtocolError("unknown request kind")
+    if set(data) != {"v", "kind", "env"}:
+        raise ProtocolError("prolog must hold exactly v, kind and env")
     env = data["env"]
     if not isinstance(env, dict):
         raise ProtocolError("env must be an object")
@@ -110,21 +142,25 @@ def parse_request(line: bytes) -> dict[str, str]:
             raise ProtocolError("env holds a variable the agent does not take")
         if not isinstance(value, str) or not rule(value):
             raise ProtocolError(f"{name} has a value of the wrong form")
-    return dict(env)
+    return Request(RequestKind.PROLOG, dict(env))
 
 
-def encode_answer(*, exit_status: int | None = None, error: str | None = None) -> bytes:
-    """An answer: the Prolog's exit status, or an error (one line) that makes it fall back."""
+def encode_answer(
+    *, exit_status: int | None = None, released_s: int | None = None, error: str | None = None
+) -> bytes:
+    """An answer: the Prolog's exit status, the seconds NVML is let go, or an error (one
+    line: the Prolog then screens itself, the GPU reset goes ahead anyway)."""
     body: dict[str, object] = {"v": VERSION}
     if error is not None:
         body["error"] = " ".join(error.split())[:300]
+    elif released_s is not None:
+        body["released_s"] = released_s
     else:
         body["exit_status"] = exit_status
     return json.dumps(body).encode() + b"\n"
 
 
-def parse_answer(line: bytes) -> int:
-    """The exit status an answer carries, or ProtocolError (an error answer, garbage)."""
+def _answer_body(line: bytes, key: str) -> object:
     try:
         data = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -133,8 +169,24 @@ def parse_answer(line: bytes) -> int:
         raise ProtocolError("answer is not of this protocol version")
     if isinstance(data.get("error"), str):
         raise Refused(f"agent refused: {data['error'][:300]}")
-    status = data.get("exit_status")
+    if set(data) != {"v", key}:
+        raise ProtocolError(f"answer must hold exactly v and {key}")
+    return data[key]
+
+
+def parse_answer(line: bytes) -> int:
+    """The exit status a prolog answer carries, or ProtocolError (an error answer,
+    garbage)."""
+    status = _answer_body(line, "exit_status")
     # Only the screen's own verdicts: 0 (run the job) or 1 (turn it away, as prolog() says).
-    if set(data) != {"v", "exit_status"} or type(status) is not int or status not in (0, 1):
+    if type(status) is not int or status not in (0, 1):
         raise ProtocolError("answer carries no exit status of 0 or 1")
     return status
+
+
+def parse_release_answer(line: bytes) -> int:
+    """The seconds a release_nvml answer says NVML is let go, or ProtocolError."""
+    seconds = _answer_body(line, "released_s")
+    if type(seconds) is not int or not 0 <= seconds <= MAX_RELEASE_S:
+        raise ProtocolError("answer carries no released seconds")
+    return seconds

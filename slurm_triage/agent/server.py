@@ -3,9 +3,11 @@
 It loads the config and sets up logging once, holds NVML open (one nvmlInit for its life:
 NVML counts nvmlInit/nvmlShutdown pairs, so a screen's own pair no longer starts and stops
 the library, and the driver state is not torn down between jobs as it is for a cold Prolog
-on a node without persistence mode), watches XID events (agent.xids), and serves one
-request kind on a Unix socket: run the Prolog's screen for a job. The screen is
-prolog_epilog.prolog's, handed in by the CLI as `screen` (this package sits below
+on a node without persistence mode), watches XID events (agent.xids), and serves two
+request kinds on a Unix socket (agent.protocol): run the Prolog's screen for a job, and let
+go of NVML for a while, which a GPU reset needs (NVIDIA refuses a reset while any process
+holds the GPU, as nvidia-persistenced's handle does: NVIDIA/gpu-operator#118). The screen
+is prolog_epilog.prolog's, handed in by the CLI as `screen` (this package sits below
 prolog_epilog, whose entry imports agent.client).
 
 Each connection: the peer's uid (SO_PEERCRED) is checked before a byte is read (root, or
@@ -45,6 +47,7 @@ from slurm_triage.nvml import nvml_module
 REQUEST_TIMEOUT_S = 2.0  # the Prolog writes its one line at once
 ACCEPT_POLL_S = 0.5  # how often the accept loop looks for a stop
 THREADS_PER_SCREEN = 8  # a screen's own readers (health_checks.runner), with room to spare
+RELEASE_WAIT_S = 10.0  # for the XID watch to leave nvmlEventSetWait (poll_ms) and let go
 # The Prolog's environment that names the job in our log lines (as prolog_epilog.entry).
 _CONTEXT = {
     "SLURM_JOB_ID": "job_id",
@@ -68,10 +71,15 @@ class Agent:
         screen: Screen,
         *,
         nvml: Any = None,
+        nvml_held: bool = False,
         xids: XidWatch | None = None,
     ) -> None:
         self.config, self.node, self.screen = config, node, screen
         self.nvml, self.xids = nvml, xids
+        # Whether the agent's own nvmlInit is in force; changed by release_nvml requests.
+        self.nvml_held = nvml_held
+        self._nvml_lock = threading.Lock()
+        self._retake: threading.Timer | None = None
         self._allowed = {0, *config.agent.allowed_uids}
         self._slots = threading.BoundedSemaphore(config.agent.max_concurrent)
         self._max_threads = THREADS_PER_SCREEN * config.agent.max_concurrent
@@ -102,13 +110,69 @@ class Agent:
             return protocol.encode_answer(error="busy")
         try:
             try:
-                env = protocol.parse_request(read_request(conn, REQUEST_TIMEOUT_S))
+                request = protocol.parse_request(read_request(conn, REQUEST_TIMEOUT_S))
             except protocol.ProtocolError as exc:
                 self._log.warning("agent_request_refused", uid=uid, reason=str(exc))
                 return protocol.encode_answer(error=str(exc))
-            return self._screen(env)
+            if request.kind is protocol.RequestKind.RELEASE_NVML:
+                return self.release_nvml(request.seconds)
+            return self._screen(request.env)
         finally:
             self._slots.release()
+
+    def release_nvml(self, seconds: int) -> bytes:
+        """Let go of NVML for `seconds` (the watcher's events and the agent's own init), then
+        take it back; 0 takes it back now. For a GPU reset, which NVIDIA refuses while any
+        process holds the GPU (prolog_epilog.gpu_repair asks before it resets)."""
+        with self._nvml_lock:
+            if self._retake is not None:
+                self._retake.cancel()
+                self._retake = None
+            if seconds == 0:
+                self._take_nvml()
+                self._log.info("agent_nvml_taken_back")
+                return protocol.encode_answer(released_s=0)
+            if self.xids is not None and not self.xids.pause(RELEASE_WAIT_S):
+                self.xids.resume()
+                self._log.warning("agent_nvml_not_released", reason="the XID watch is stuck")
+                return protocol.encode_answer(error="the XID watch did not let go of NVML")
+            if self.nvml_held:
+                with contextlib.suppress(Exception):
+                    self.nvml.nvmlShutdown()
+                self.nvml_held = False
+            self._retake = threading.Timer(seconds, self._take_nvml_locked)
+            self._retake.daemon = True
+            self._retake.start()
+        self._log.info("agent_nvml_released", seconds=seconds)
+        return protocol.encode_answer(released_s=seconds)
+
+    def _take_nvml_locked(self) -> None:
+        with self._nvml_lock:
+            self._retake = None
+            self._take_nvml()
+
+    def _take_nvml(self) -> None:
+        """Hold NVML again (the lock held); a failed init is retried by each screen."""
+        if not self.nvml_held and self.nvml is not None:
+            try:
+                self.nvml.nvmlInit()
+                self.nvml_held = True
+            except Exception as exc:
+                self._log.warning("agent_nvml_unavailable", error=type(exc).__name__)
+        if self.xids is not None:
+            self.xids.resume()
+
+    def close(self) -> None:
+        """Stop watching and let go of NVML (the agent is stopping)."""
+        with self._nvml_lock:
+            if self._retake is not None:
+                self._retake.cancel()
+            if self.xids is not None:
+                self.xids.stop()
+            if self.nvml_held:
+                with contextlib.suppress(Exception):
+                    self.nvml.nvmlShutdown()
+                self.nvml_held = False
 
     def _screen(self, env: dict[str, str]) -> bytes:
         node = env.setdefault("SLURMD_NODENAME", self.node)
@@ -175,28 +239,21 @@ def run_agent(config: Config, screen: Screen, node: str) -> int:
     if config.agent.watch_xids:
         xids = XidWatch(nvml, node, window_s=config.health.kernel_window_s)
         xids.start()
+    agent = Agent(config, node, screen, nvml=nvml, nvml_held=held, xids=xids)
     stop = threading.Event()
     try:
         listener = bind_socket(config.agent.socket)
     except Exception:
-        _release(xids, nvml, held)
+        agent.close()
         raise
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     log.info("agent_started", socket=config.agent.socket, nvml_held=held, xids=xids is not None)
     notify_ready()
     try:
-        serve(listener, Agent(config, node, screen, nvml=nvml, xids=xids), stop)
+        serve(listener, agent, stop)
     finally:
         listener.close()
-        _release(xids, nvml, held)
+        agent.close()
         log.info("agent_stopped")
     return 0
-
-
-def _release(xids: XidWatch | None, nvml: Any, held: bool) -> None:
-    if xids is not None:
-        xids.stop()
-    if held:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()

@@ -6,7 +6,8 @@ in nvmlEventSetWait_v2 (ctypes releases the GIL) for `poll_ms` at a time, NVML_E
 meaning nothing happened, and keeps what it saw for `window_s` (health.kernel_window_s) as
 root-collected kernel events, which gpu.xid merges with the kernel log's
 (health_checks.nvml_xids). NVML that cannot start, or a wait that fails, is a log line and
-a new try after `retry_s`: the watcher never stops the agent from serving.
+a new try after `retry_s`: the watcher never stops the agent from serving. `pause()` lets
+go of NVML for a GPU reset and `resume()` takes it back (agent.server's release_nvml).
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ class XidWatch(threading.Thread):
         self._poll_ms, self._retry_s, self._clock = poll_ms, retry_s, clock
         self._events: collections.deque[KernelEvent] = collections.deque(maxlen=MAX_EVENTS)
         self._lock = threading.Lock()
-        self._stop_event = threading.Event()
+        # Holding NVML (initialised, events registered) or not, paused by release_nvml or
+        # stopping: changed under one condition, so pause() knows when NVML is let go.
+        self._state = threading.Condition()
+        self._holding = self._paused = self._stopping = False
         self.watching = threading.Event()  # set while events are registered
         self._log = get_logger(component="agent.xids", node=node)
 
@@ -56,25 +60,57 @@ class XidWatch(threading.Thread):
             return tuple(e for e in self._events if e.time is not None and e.time >= since)
 
     def stop(self, timeout_s: float = 3.0) -> None:
-        self._stop_event.set()
+        with self._state:
+            self._stopping = True
+            self._state.notify_all()
         if self.is_alive():
             self.join(timeout_s)
 
+    def pause(self, timeout_s: float) -> bool:
+        """Let go of NVML (a GPU reset is coming; NVIDIA refuses one while any process holds
+        the GPU) and wait until it is let go; False if that took longer than `timeout_s`.
+        What was seen is kept."""
+        with self._state:
+            self._paused = True
+            self._state.notify_all()
+            return self._state.wait_for(lambda: not self._holding, timeout_s)
+
+    def resume(self) -> None:
+        with self._state:
+            self._paused = False
+            self._state.notify_all()
+
+    def _go_on(self) -> bool:
+        return not (self._stopping or self._paused)
+
     def run(self) -> None:
-        while not self._stop_event.is_set():
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._stopping or not self._paused)
+                if self._stopping:
+                    return
+                self._holding = True
             try:
-                self._nvml.nvmlInit()
-            except Exception as exc:
-                self._log.warning("agent_xid_watch_unavailable", error=_describe(exc))
-            else:
-                try:
-                    self._watch()
-                except Exception as exc:  # a driver surprise must not end the agent
-                    self._log.warning("agent_xid_watch_failed", error=_describe(exc))
-                finally:
-                    self.watching.clear()
-                    _quietly(self._nvml.nvmlShutdown)
-            self._stop_event.wait(self._retry_s)
+                self._hold_and_watch()
+            finally:
+                with self._state:
+                    self._holding = False
+                    self._state.notify_all()
+                    self._state.wait_for(lambda: not self._go_on(), self._retry_s)
+
+    def _hold_and_watch(self) -> None:
+        try:
+            self._nvml.nvmlInit()
+        except Exception as exc:
+            self._log.warning("agent_xid_watch_unavailable", error=_describe(exc))
+            return
+        try:
+            self._watch()
+        except Exception as exc:  # a driver surprise must not end the agent
+            self._log.warning("agent_xid_watch_failed", error=_describe(exc))
+        finally:
+            self.watching.clear()
+            _quietly(self._nvml.nvmlShutdown)
 
     def _watch(self) -> None:
         nvml = self._nvml
@@ -86,7 +122,7 @@ class XidWatch(threading.Thread):
                 return
             self._log.info("agent_xid_watching", gpus=len(buses))
             self.watching.set()
-            while not self._stop_event.is_set():
+            while self._go_on():
                 try:
                     event = nvml.nvmlEventSetWait_v2(event_set, self._poll_ms)
                 except nvml.NVMLError as exc:

@@ -14,13 +14,21 @@ nothing in Slurm; it says what it would have done.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from slurm_triage.actuator.repair import RepairResult, finish_gpu_reset, request_gpu_reset
+from slurm_triage.agent.protocol import MAX_RELEASE_S
 from slurm_triage.config import Config, node_path
-from slurm_triage.health_checks.gpu_reset import GpuReset, ResetOutcome, reset_gpu
+from slurm_triage.health_checks.gpu_reset import (
+    RESET_TIMEOUT_S,
+    GpuReset,
+    ResetOutcome,
+    reset_gpu,
+)
 from slurm_triage.health_checks.gpu_resets import ledger_path, record_resets
 from slurm_triage.health_checks.result import RunReport
 from slurm_triage.logs import get_logger
@@ -107,7 +115,8 @@ def reset_asked_gpus(
         return _logged(_with(base, GpuRepairOutcome.BUSY, detail=node.label))
     if dry_run:
         return _logged(_with(base, GpuRepairOutcome.DRY_RUN, detail="would reset"))
-    resets = tuple(_reset(config, node.name, gpu, bus_ids) for gpu in gpus)
+    with _agent_lets_go(config, node.name, len(gpus)):
+        resets = tuple(_reset(config, node.name, gpu, bus_ids) for gpu in gpus)
     # Before the screen: gpu.xid forgives what these resets repaired (health_checks.gpu_resets).
     ledger = ledger_path(config.paths.state_dir, node.name)
     record_resets(ledger, [r.bus_id for r in resets if r.done], time.time())
@@ -159,6 +168,29 @@ def _reset(config: Config, node: str, gpu: int, bus_ids: tuple[str, ...]) -> Gpu
     if not 0 <= gpu < len(bus_ids):
         return GpuReset(gpu, "", ResetOutcome.FAILED, "not on the PCI bus")
     return reset_gpu(config.health, node, gpu, bus_ids[gpu])
+
+
+@contextlib.contextmanager
+def _agent_lets_go(config: Config, node: str, gpus: int) -> Iterator[None]:
+    """The node agent holds NVML (its own init, its XID watch), and NVIDIA refuses a reset
+    while any process holds the GPU: ask it to let go for the resets' longest time, and to
+    take NVML back after. No agent, or one that does not answer: the resets go ahead."""
+    from slurm_triage.agent.client import Outcome, release_nvml
+
+    agent = config.agent
+    seconds = min(MAX_RELEASE_S, int(RESET_TIMEOUT_S) * max(gpus, 1) + 60)
+    outcome, released, detail = release_nvml(
+        agent.socket, seconds, agent.connect_timeout_s, agent.answer_timeout_s
+    )
+    if outcome not in (Outcome.ANSWERED, Outcome.NOT_RUNNING):
+        get_logger(node=node).warning(
+            "gpu_repair_agent_holds_nvml", outcome=str(outcome), detail=detail
+        )
+    try:
+        yield
+    finally:
+        if released:
+            release_nvml(agent.socket, 0, agent.connect_timeout_s, agent.answer_timeout_s)
 
 
 def _with(repair: GpuRepair, outcome: GpuRepairOutcome, **changes: object) -> GpuRepair:

@@ -97,8 +97,8 @@ def serving(
 ) -> Iterator[Agent]:
     """The agent's server in a thread of this process, on config.agent.socket."""
     listener = bind_socket(config.agent.socket)
-    nvml, _ = open_nvml(config, "node1")
-    agent = Agent(config, "node1", screen, nvml=nvml, xids=xids)
+    nvml, held = open_nvml(config, "node1")
+    agent = Agent(config, "node1", screen, nvml=nvml, nvml_held=held, xids=xids)
     stop = threading.Event()
     thread = threading.Thread(target=serve, args=(listener, agent, stop), daemon=True)
     thread.start()
@@ -108,6 +108,7 @@ def serving(
         stop.set()
         thread.join(5)
         listener.close()
+        agent.close()
 
 
 def _raw(path: str, payload: bytes, *, wait_s: float = 10.0) -> dict[str, Any]:
@@ -473,3 +474,84 @@ def test_a_bad_node_name_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().err.splitlines() == [
         "slurm-triage: error: --node '../etc': not a Slurm node name (letters, digits, . _ -)"
     ]
+
+
+def test_the_systemd_unit_makes_the_default_sockets_directory() -> None:
+    """contrib's unit runs `slurm-triage agent` as Type=notify (the agent says READY=1) and
+    has systemd make /run/slurm-triage, where the default agent.socket is."""
+    import configparser
+
+    unit = configparser.ConfigParser(interpolation=None)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read(Path(__file__).resolve().parents[2] / "contrib" / "slurm-triage-agent.service")
+    service = unit["Service"]
+    program, command = service["ExecStart"].split()[-2:]
+    assert (os.path.basename(program), command) == ("slurm-triage", "agent")
+    assert service["Type"] == "notify" and service["Restart"] == "on-failure"
+    assert f"/run/{service['RuntimeDirectory']}" == os.path.dirname(protocol.DEFAULT_SOCKET)
+
+
+# -- a GPU reset needs the agent to let go of NVML ---------------------------------------------
+
+
+def _watching(node: Node) -> XidWatch:
+    nvml, _ = open_nvml(node.config, "node1")
+    nvml.nvmlShutdown()  # the watcher's own module; its init is the watcher's
+    watch = XidWatch(nvml, "node1", window_s=600, poll_ms=50)
+    watch.start()
+    assert watch.watching.wait(10)
+    return watch
+
+
+def test_the_agent_lets_go_of_nvml_for_a_reset_and_takes_it_back(node: Node) -> None:
+    """release_nvml: the agent's own init and the XID watch's are let go (NVIDIA refuses a
+    reset while any process holds the GPU), Prologs are still served meanwhile, and NVML is
+    held again when asked (0 s) or when the time asked for is over."""
+    watch = _watching(node)
+    with serving(node.config, xids=watch) as agent:
+        holders = agent.nvml._initialised
+        assert holders == 1 and agent.nvml_held
+        ask = (node.socket, 0.5, 20.0)
+        assert client.release_nvml(ask[0], 300, *ask[1:]) == (Outcome.ANSWERED, 300, "")
+        assert agent.nvml._initialised == 0 and not agent.nvml_held
+        assert not watch.watching.is_set()
+        assert client.ask_agent(node.env(91)).exit_status == 0
+        assert agent.nvml._initialised == 0
+        assert client.release_nvml(ask[0], 0, *ask[1:]) == (Outcome.ANSWERED, 0, "")
+        assert watch.watching.wait(10) and agent.nvml_held
+        assert client.release_nvml(ask[0], 1, *ask[1:])[:2] == (Outcome.ANSWERED, 1)
+        assert not agent.nvml_held
+        deadline = time.monotonic() + 10
+        while not (agent.nvml_held and watch.watching.is_set()):
+            assert time.monotonic() < deadline, "NVML not taken back when the time was over"
+            time.sleep(0.05)
+    assert not watch.is_alive()
+    assert len(node.events("agent_nvml_released")) == 2
+
+
+def test_the_nodes_gpu_reset_asks_the_agent_to_let_go(node: Node) -> None:
+    """The periodic health check's GPU reset (gpu_repair) has the agent let go of NVML
+    before the resets and take it back after them."""
+    from dataclasses import replace
+
+    from slurm_triage.config import RepairConfig
+    from slurm_triage.policies.drain_words import gpu_reset_reason
+    from slurm_triage.prolog_epilog.gpu_repair import GpuRepairOutcome
+    from slurm_triage.prolog_epilog.healthcheck import periodic
+    from slurm_triage.slurm.model import NodeFlag
+    from slurm_triage.testing import FakeDoor, node_info
+
+    config = replace(node.config, repair=RepairConfig(enabled=True))
+    inject(node.estate, "xid", 119, gpu=2)
+    reason = gpu_reset_reason((2,), "gpu.lost")
+    door = FakeDoor(
+        nodes=[node_info("node1", state="IDLE", flags=frozenset({NodeFlag.DRAIN}), reason=reason)]
+    )
+    with serving(node.config) as agent:
+        run = periodic(config, node="node1", door=door)
+        assert agent.nvml_held
+    assert run.gpu_repair is not None and run.gpu_repair.outcome is GpuRepairOutcome.REPAIRED
+    released = node.events("agent_nvml_released")
+    taken = node.events("agent_nvml_taken_back")
+    assert len(released) == len(taken) == 1
+    assert released[0]["seconds"] > 120  # at least one reset's longest time

@@ -28,7 +28,9 @@ def test_a_prolog_environment_travels_with_only_the_listed_names() -> None:
     }
     line = protocol.encode_request(env)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
-    assert protocol.parse_request(line.rstrip(b"\n")) == {
+    request = protocol.parse_request(line.rstrip(b"\n"))
+    assert request.kind is protocol.RequestKind.PROLOG
+    assert request.env == {
         "SLURM_JOB_ID": "123",
         "SLURM_JOB_UID": "4242",
         "SLURMD_NODENAME": "node1",
@@ -108,6 +110,29 @@ def test_an_answer_is_taken_only_as_exit_status_0_or_1() -> None:
         with pytest.raises(protocol.ProtocolError) as raised:
             protocol.parse_answer(bad)
         assert not isinstance(raised.value, protocol.Refused)
+
+
+def test_a_release_asks_for_whole_seconds_within_bounds() -> None:
+    """release_nvml (the GPU reset's): 0 to MAX_RELEASE_S whole seconds, nothing else; its
+    answer says the seconds let go."""
+    request = protocol.parse_request(protocol.encode_release(300).rstrip())
+    assert (request.kind, request.seconds, request.env) == (
+        protocol.RequestKind.RELEASE_NVML,
+        300,
+        {},
+    )
+    for seconds in (-1, protocol.MAX_RELEASE_S + 1, 1.5, "300", True, None):
+        line = _line({"v": 1, "kind": "release_nvml", "seconds": seconds})
+        with pytest.raises(protocol.ProtocolError):
+            protocol.parse_request(line)
+    extra = _line({"v": 1, "kind": "release_nvml", "seconds": 1, "env": {}})
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_request(extra)
+    assert protocol.parse_release_answer(protocol.encode_answer(released_s=300).rstrip()) == 300
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_release_answer(protocol.encode_answer(exit_status=0).rstrip())
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_answer(protocol.encode_answer(released_s=0).rstrip())
 
 
 def test_an_error_answer_is_one_bounded_line() -> None:

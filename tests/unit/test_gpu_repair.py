@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_triage.config import Config, PolicyConfig, RepairConfig
+from slurm_triage.config import AgentConfig, Config, PolicyConfig, RepairConfig
 from slurm_triage.health_checks import registry
 from slurm_triage.health_checks.gpu_reset import ResetOutcome
 from slurm_triage.health_checks.gpu_resets import ledger_path, record_resets
@@ -30,6 +30,8 @@ NODE = "node2"
 
 def _config(tmp_path: Path, **repair: object) -> Config:
     base = sim_config(tmp_path, breaker_settle_s=0)
+    # The reset asks a node agent to let go of NVML: never the host's.
+    base = replace(base, agent=AgentConfig(socket=str(tmp_path / "no-agent.sock")))
     return replace(base, repair=RepairConfig(enabled=True, **repair))  # type: ignore[arg-type]
 
 
