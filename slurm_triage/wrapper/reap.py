@@ -31,6 +31,17 @@ def signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
+def has_children() -> bool:
+    """Whether this process has a child, running or not yet reaped (peeked at, not reaped).
+    None left means no descendant anywhere: a descendant's topmost ancestor below us is our
+    child, an orphan included, since a subreaper adopts it."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
 def kill_descendants(root: int) -> list[int]:
     """SIGKILL every live descendant of `root`; the pids signalled."""
     found = descendants(root)

@@ -28,7 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from slurm_triage.wrapper.reap import become_subreaper, kill_descendants, signal_group
+from slurm_triage.wrapper.reap import (
+    become_subreaper,
+    has_children,
+    kill_descendants,
+    signal_group,
+)
 from slurm_triage.wrapper.terminal import give_terminal, take_terminal
 
 FORWARDED_SIGNALS = (
@@ -239,7 +244,8 @@ class Supervisor:
         if self._exit is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-        kill_descendants(os.getpid())
+        if has_children():  # else nothing to find: spare the scan of all of /proc
+            kill_descendants(os.getpid())
         deadline = self._clock() + REAP_TIMEOUT_S
         while self._clock() < deadline:
             try:

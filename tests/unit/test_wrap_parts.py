@@ -293,3 +293,24 @@ def test_nvml_is_loaded_only_where_there_are_gpus_to_watch(
     env = {"SLURM_STEP_GPUS": step_gpus} if step_gpus else {}
     assert _start_nvml(options, IDENT, env) is None
     assert calls == (["n2"] if loaded else [])
+
+
+def test_has_children_sees_running_and_unreaped_children_only() -> None:
+    """The wrapper scans /proc for escaped descendants only while it has a child: none
+    running and none unreaped means no descendant anywhere (orphans are re-parented to it)."""
+    code = (
+        "import os, subprocess, time\n"
+        "from slurm_triage.wrapper.reap import has_children\n"
+        "seen = [has_children()]\n"
+        "child = subprocess.Popen(['sleep', '30'])\n"
+        "seen.append(has_children())\n"
+        "child.kill()\n"
+        "while os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT) is None:\n"
+        "    time.sleep(0.01)\n"
+        "seen.append(has_children())  # a zombie is still a child\n"
+        "child.wait()\n"
+        "seen.append(has_children())\n"
+        "print(seen)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[False, True, True, False]", done.stderr
