@@ -8,9 +8,11 @@ import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from slurm_triage.frozen import Frozen
 
-@dataclass(frozen=True)
-class Clock:
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Clock(Frozen):
     time: Callable[[], float] = _time.time
     monotonic: Callable[[], float] = _time.monotonic
     sleep: Callable[[float], None] = _time.sleep

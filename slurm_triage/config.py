@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from slurm_triage.errors import TriageError
+from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-triage/config.toml")
@@ -36,8 +37,8 @@ def _range(minimum: float | None = None, maximum: float | None = None) -> dict[s
     return {"min": minimum, "max": maximum}
 
 
-@dataclass(frozen=True)
-class LoggingConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class LoggingConfig(Frozen):
     """Where and how our structured log lines go."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -59,8 +60,8 @@ class LoggingConfig:
     ] = "daemon"
 
 
-@dataclass(frozen=True)
-class SlurmConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class SlurmConfig(Frozen):
     """How we talk to Slurm: which backend, and how long any one call may take."""
 
     backend: Literal["auto", "cli", "pyslurm"] = "auto"
@@ -72,16 +73,16 @@ class SlurmConfig:
     bin_dir: str = ""
 
 
-@dataclass(frozen=True)
-class PathsConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class PathsConfig(Frozen):
     """Where records live on disk."""
 
     evidence_dir: str = "/var/spool/slurm-triage/evidence"
     state_dir: str = "/var/lib/slurm-triage"
 
 
-@dataclass(frozen=True)
-class HealthConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class HealthConfig(Frozen):
     """Node health checks (prolog, cron/HealthCheckProgram, `slurm-triage check`).
 
     Path values may contain `{node}`, replaced by this node's Slurm name, so one file
@@ -135,8 +136,8 @@ class HealthConfig:
     breaker_settle_s: float = field(default=3.0, metadata=_range(0, 300))
 
 
-@dataclass(frozen=True)
-class WrapperConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class WrapperConfig(Frozen):
     """`slurm-triage wrap`: the supervisor researchers put under srun."""
 
     # Bytes of the tail of each of stdout and stderr kept in memory for attribution.
@@ -165,8 +166,8 @@ else:
     CauseName = Literal[tuple(c.value for c in Cause)]
 
 
-@dataclass(frozen=True)
-class PolicyConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class PolicyConfig(Frozen):
     """What the decision does with an attributed job end (docs/decisions.md)."""
 
     # Replace the taxonomy's defaults: causes to requeue (with exclusion when the taxonomy
@@ -211,8 +212,8 @@ class PolicyConfig:
     act: bool = True
 
 
-@dataclass(frozen=True)
-class DecisionConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class DecisionConfig(Frozen):
     """Where the once-per-job decision runs and how long it may wait for the nodes."""
 
     # epilog_slurmctld: EpilogSlurmctld= on the controller (recommended);
@@ -236,8 +237,8 @@ class DecisionConfig:
     journal_busy_timeout_s: float = field(default=10.0, metadata=_range(0.1, 600))
 
 
-@dataclass(frozen=True)
-class MetricsConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class MetricsConfig(Frozen):
     """Prometheus metrics: node_exporter textfiles and `slurm-triage metrics`."""
 
     # node_exporter textfile the Prolog, Epilog and health checks write on each node ({node}
@@ -255,8 +256,8 @@ class MetricsConfig:
 NoticeKindName = Literal["drain", "rma", "breaker_trip", "hold"]
 
 
-@dataclass(frozen=True)
-class NotifyConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class NotifyConfig(Frozen):
     """Webhook notifications of drains, RMA candidates, breaker trips and held jobs."""
 
     # A file holding the webhook's URL on one line; empty turns notifications off. A file,
@@ -279,8 +280,8 @@ class NotifyConfig:
     max_wait_s: float = field(default=3.0, metadata=_range(0.1, 60))
 
 
-@dataclass(frozen=True)
-class RepairConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class RepairConfig(Frozen):
     """The node lifecycle after a drain: repair, burn-in, return or RMA (docs/repair.md).
 
     Carried out by `slurm-triage nodes reconcile` on the controller (a systemd timer,
@@ -328,8 +329,8 @@ class RepairConfig:
     burn_in_dcgm_level: int = field(default=2, metadata=_range(0, 4))
 
 
-@dataclass(frozen=True)
-class AgentConfig:
+@dataclass(frozen=True, eq=False, repr=False)
+class AgentConfig(Frozen):
     """The resident node agent (`slurm-triage agent`, docs/agent.md): a root daemon on each
     node that keeps the config, logging and NVML open and runs the Prolog's screen for it.
 
@@ -353,8 +354,8 @@ class AgentConfig:
     watch_xids: bool = True
 
 
-@dataclass(frozen=True)
-class Config:
+@dataclass(frozen=True, eq=False, repr=False)
+class Config(Frozen):
     """The effective configuration of one slurm-triage process."""
 
     logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from slurm_triage.frozen import Frozen
+
 GpuOrder = Literal["pci_bus", "minor_number"]
 # The step's own GPUs first; a batch step only has the job's.
 SLURM_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
@@ -34,8 +36,8 @@ _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{
 MAX_GPU_ID = 1023  # Slurm's gres bitmaps are small; larger numbers are not GPU ids
 
 
-@dataclass(frozen=True)
-class NvmlDevice:
+@dataclass(frozen=True, eq=False, repr=False)
+class NvmlDevice(Frozen):
     """One GPU as NVML shows it to this process; None where NVML could not say (lost)."""
 
     index: int
@@ -111,8 +113,8 @@ def job_devices(
     return chosen
 
 
-@dataclass(frozen=True)
-class JobScope:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobScope(Frozen):
     """What of the node a Prolog's job has: its GPUs (Slurm ids), or the whole node."""
 
     gpu_ids: tuple[int, ...] | None  # SLURM_JOB_GPUS; None: Slurm gave the job no GPUs

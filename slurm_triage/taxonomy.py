@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from slurm_triage.frozen import Frozen
+
 # Every drain reason slurm-triage writes starts with this (mej/nhc's rule): a node whose reason
 # lacks it was drained by someone else. The policies own which drains are ours
 # (policies.reasons); the analytics and the replay read Slurm's node events by it.
@@ -113,8 +115,8 @@ class Cause(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class CauseInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class CauseInfo(Frozen):
     """One row of the taxonomy table.
 
     `blames_nodes` is False for causes that are not a property of any node (the scheduler's

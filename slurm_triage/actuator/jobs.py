@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from slurm_triage.frozen import Frozen
 from slurm_triage.logs import get_logger
 from slurm_triage.policies.drain_words import read_reason
 from slurm_triage.policies.model import Decision, Verdict
@@ -23,8 +24,8 @@ from slurm_triage.policies.reasons import is_ours, may_replace_drain
 from slurm_triage.slurm import InvalidJobState, JobState, SlurmDoor, SlurmError
 
 
-@dataclass(frozen=True)
-class Applied:
+@dataclass(frozen=True, eq=False, repr=False)
+class Applied(Frozen):
     """What actually happened in Slurm."""
 
     requeued: bool = False

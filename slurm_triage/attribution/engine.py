@@ -34,6 +34,7 @@ from slurm_triage.evidence import (
     SlurmState,
     fact_to_dict,
 )
+from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState
 from slurm_triage.taxonomy import Action, Cause, Condition, Domain, info
 
@@ -46,8 +47,8 @@ UNKNOWN_CONFIDENCE = 0.2
 _INF = float("inf")
 
 
-@dataclass(frozen=True)
-class Window:
+@dataclass(frozen=True, eq=False, repr=False)
+class Window(Frozen):
     """The span of time in which evidence counts for a job (epoch seconds, inclusive)."""
 
     start: float
@@ -66,8 +67,8 @@ def job_window(end_time: float) -> Window:
     return Window(end_time - WINDOW_BEFORE_S, end_time + WINDOW_AFTER_S)
 
 
-@dataclass(frozen=True)
-class Attribution:
+@dataclass(frozen=True, eq=False, repr=False)
+class Attribution(Frozen):
     """Why a job ended: one cause, what to do, whom to blame, how sure, and on what evidence.
 
     `root_backed` is True only when every blamed node has root-collected evidence of a

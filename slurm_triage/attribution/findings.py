@@ -35,6 +35,7 @@ from slurm_triage.evidence import (
     Stall,
     signal_name,
 )
+from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause, Domain, info
 
 # Orders hardware causes found on one node: the XID catalogue refines it (XID 119 beats 79).
@@ -55,8 +56,8 @@ _CRASH_SIGNALS = {4, 7, 8, 11}  # SIGILL, SIGBUS, SIGFPE, SIGSEGV
 _SIGABRT = 6
 
 
-@dataclass(frozen=True)
-class Finding:
+@dataclass(frozen=True, eq=False, repr=False)
+class Finding(Frozen):
     """One candidate cause on one node, and the fact it rests on."""
 
     cause: Cause

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from slurm_triage.attribution.tiers import Tier
+from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause
 
 
-@dataclass(frozen=True)
-class Signature:
+@dataclass(frozen=True, eq=False, repr=False)
+class Signature(Frozen):
     """A named pattern; a `host` group in the regex (a node name or a Slurm hostlist such
     as `node[03-04]`) moves the hit to the node(s) it names."""
 

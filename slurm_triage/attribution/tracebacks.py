@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from slurm_triage.attribution.matcher import classify_exception
 from slurm_triage.attribution.tiers import Tier
+from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause
 
 HEADER = "Traceback (most recent call last):"
@@ -46,8 +47,8 @@ _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID")
 _MAX_MESSAGE = 500
 
 
-@dataclass(frozen=True)
-class ExcLine:
+@dataclass(frozen=True, eq=False, repr=False)
+class ExcLine(Frozen):
     """One exception line: its type, first message line, and the indexes (in the tail's
     lines) of the line itself and of its traceback's header."""
 
@@ -57,8 +58,8 @@ class ExcLine:
     header: int
 
 
-@dataclass(frozen=True)
-class Root:
+@dataclass(frozen=True, eq=False, repr=False)
+class Root(Frozen):
     """The root of the last traceback: the exception, and torchrun's summary fields if any."""
 
     exc: ExcLine

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause, NodeAction
 
 CATALOGUE_VERSION = "NVIDIA Xid Catalog, generated 2025-10-29 (leptonai/gpud @4a8de33a)"
@@ -45,8 +46,8 @@ class Origin(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
-class XidInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class XidInfo(Frozen):
     """One catalogue row. `precedence` orders hardware causes on one node (higher wins);
     `immediate` and `investigatory` are NVIDIA's resolution buckets, verbatim."""
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
+from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState
 from slurm_triage.taxonomy import Cause
 
@@ -49,8 +50,8 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Fact:
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Fact(Frozen):
     """Base of all facts: the node it concerns, when it happened, and who collected it."""
 
     KIND: ClassVar[str] = ""
@@ -59,7 +60,7 @@ class Fact:
     source: Source = Source.USER
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class ProcessExit(Fact):
     """How a process (the job step's task, or the wrapper's child) ended."""
 
@@ -85,7 +86,7 @@ class ProcessExit(Fact):
         return bool(self.signal) or (self.exit_code is not None and self.exit_code != 0)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class SlurmState(Fact):
     """The job state Slurm recorded, and for CANCELLED the uid that cancelled it."""
 
@@ -113,7 +114,7 @@ class KernelEventKind(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class KernelEvent(Fact):
     """One event from a node's kernel log; `xid` and `pci_bus_id` (dddd:bb:dd) when known."""
 
@@ -146,7 +147,7 @@ class NvmlCondition(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class NvmlFact(Fact):
     """An NVML observation about one GPU; `value` is the XID, count or action code if any."""
 
@@ -168,7 +169,7 @@ class CheckStatus(StrEnum):
     SKIPPED = "SKIPPED"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class HealthCheck(Fact):
     """A health check's result on a node; `cause` names the fault it found, if specific."""
 
@@ -179,7 +180,7 @@ class HealthCheck(Fact):
     cause: Cause | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class LogHit(Fact):
     """A known signature matched in a job's stdout/stderr tail; `count` lines matched it."""
 
@@ -190,7 +191,7 @@ class LogHit(Fact):
     count: int = 1
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class RootException(Fact):
     """The root exception of the last Python traceback in a log.
 
@@ -206,7 +207,7 @@ class RootException(Fact):
     signal: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Stall(Fact):
     """The wrapper saw no progress for `idle_s` seconds and ended the job."""
 

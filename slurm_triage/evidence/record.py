@@ -29,6 +29,7 @@ from slurm_triage.evidence.facts import (
     NvmlCondition,
     Source,
 )
+from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause
 
 SCHEMA = "slurm-triage/evidence"
@@ -55,8 +56,8 @@ class EvidenceError(TriageError, ValueError):
     """An evidence record is malformed; the message names the first problem in one line."""
 
 
-@dataclass(frozen=True)
-class EvidenceRecord:
+@dataclass(frozen=True, eq=False, repr=False)
+class EvidenceRecord(Frozen):
     """One node's evidence for one job, as collected by the user's wrapper or by root."""
 
     job_id: str

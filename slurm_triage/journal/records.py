@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from slurm_triage.frozen import Frozen
 
-@dataclass(frozen=True)
-class DecisionRow:
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DecisionRow(Frozen):
     """One recorded decision, as `history` shows it."""
 
     job_id: int
@@ -36,8 +38,8 @@ class DecisionRow:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
 
 
-@dataclass(frozen=True)
-class NodeEvent:
+@dataclass(frozen=True, eq=False, repr=False)
+class NodeEvent(Frozen):
     node: str
     job_id: int
     at: float
@@ -47,8 +49,8 @@ class NodeEvent:
     multi_node: bool
 
 
-@dataclass(frozen=True)
-class DecisionTotal:
+@dataclass(frozen=True, eq=False, repr=False)
+class DecisionTotal(Frozen):
     cause: str
     domain: str
     action: str
@@ -57,8 +59,8 @@ class DecisionTotal:
     last_decided_at: float | None
 
 
-@dataclass(frozen=True)
-class LifecycleEvent:
+@dataclass(frozen=True, eq=False, repr=False)
+class LifecycleEvent(Frozen):
     """One step of a node's lifecycle (policies.lifecycle), as reconcile or a person took
     it: the state the node was found in, the action decided, whether it was carried out,
     and why. `subject` is the check or cause that took the node out, `cycle` the repair

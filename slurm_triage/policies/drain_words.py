@@ -31,6 +31,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slurm_triage.frozen import Frozen
 from slurm_triage.policies.reasons import DRAIN_PREFIX
 from slurm_triage.taxonomy import Cause
 
@@ -59,8 +60,8 @@ class DrainKind(enum.StrEnum):
     NOT_OURS = "not_ours"  # an admin's, Slurm's, or empty
 
 
-@dataclass(frozen=True)
-class DrainWords:
+@dataclass(frozen=True, eq=False, repr=False)
+class DrainWords(Frozen):
     """A node reason read back: its kind, the check or cause it names (`subject`, "" when
     none), the job it names, the GPUs a reset is for (() = all)."""
 

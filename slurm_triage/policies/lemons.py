@@ -7,11 +7,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slurm_triage.config import PolicyConfig
+from slurm_triage.frozen import Frozen
 from slurm_triage.journal.records import NodeEvent
 
 
-@dataclass(frozen=True)
-class NodeSignals:
+@dataclass(frozen=True, eq=False, repr=False)
+class NodeSignals(Frozen):
     node: str
     failed_jobs: int = 0  # distinct jobs that failed with this node blamed
     multi_node_failures: int = 0

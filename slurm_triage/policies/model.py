@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause, Domain
 
 
@@ -43,8 +44,8 @@ def family(cause: Cause, domain: Domain) -> Family:
     return Family.OTHER
 
 
-@dataclass(frozen=True)
-class PastDecision:
+@dataclass(frozen=True, eq=False, repr=False)
+class PastDecision(Frozen):
     """An earlier decision for the same job (from the journal)."""
 
     restart: int
@@ -54,8 +55,8 @@ class PastDecision:
     at: float
 
 
-@dataclass(frozen=True)
-class JobView:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobView(Frozen):
     """The job as the policies need it."""
 
     job_id: int
@@ -74,8 +75,8 @@ class JobView:
     required_nodes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class PolicyInput:
+@dataclass(frozen=True, eq=False, repr=False)
+class PolicyInput(Frozen):
     cause: Cause
     domain: Domain
     blamed: tuple[str, ...]
@@ -87,8 +88,8 @@ class PolicyInput:
     lemon_reasons: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Decision:
+@dataclass(frozen=True, eq=False, repr=False)
+class Decision(Frozen):
     verdict: Verdict = Verdict.RECORD_ONLY
     exclude: tuple[str, ...] = ()
     drain: tuple[str, ...] = ()

@@ -27,6 +27,7 @@ from slurm_triage.attribution import Attribution, attribute, job_window
 from slurm_triage.clock import SYSTEM_CLOCK, Clock
 from slurm_triage.config import Config
 from slurm_triage.evidence import KernelEvent, fact_to_dict
+from slurm_triage.frozen import Frozen
 from slurm_triage.journal import Journal, JournalError, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.observe import hooks as observe
@@ -51,8 +52,8 @@ from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_do
 __all__ = ["Outcome", "decide", "decide_from_env", "judge", "node_blame", "on_job_nodes"]
 
 
-@dataclass(frozen=True)
-class Outcome:
+@dataclass(frozen=True, eq=False, repr=False)
+class Outcome(Frozen):
     job_id: int
     decided: bool  # False when another decider had already claimed this job end
     attribution: Attribution | None = None
@@ -60,8 +61,8 @@ class Outcome:
     applied: actuator.Applied | None = None
 
 
-@dataclass(frozen=True)
-class Judged:
+@dataclass(frozen=True, eq=False, repr=False)
+class Judged(Frozen):
     """The verdict on one job end: its attribution, the policies' decision, the drain
     reason the decision's drains carry."""
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
+from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState, parse_job_state
 from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError
@@ -47,8 +48,8 @@ _REASON_STATE = {
 }
 
 
-@dataclass(frozen=True)
-class EndState:
+@dataclass(frozen=True, eq=False, repr=False)
+class EndState(Frozen):
     """How a run ended, and for CANCELLED the uid that cancelled it."""
 
     state: JobState
@@ -112,8 +113,8 @@ def _settled(door: SlurmDoor, job: JobInfo, deadline: float, clock: Clock) -> Jo
     return job
 
 
-@dataclass(frozen=True)
-class EndedRun:
+@dataclass(frozen=True, eq=False, repr=False)
+class EndedRun(Frozen):
     """The run that ended, as Slurm has it: the job (settled), the end keyed by the run that
     ended, how it ended, and what Slurm already did with it."""
 

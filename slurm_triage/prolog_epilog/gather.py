@@ -13,6 +13,7 @@ from slurm_triage.attribution import Attribution, decode_tail, scan_lines
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
 from slurm_triage.evidence import Fact, ProcessExit, SlurmState, Source, store
+from slurm_triage.frozen import Frozen
 from slurm_triage.journal import Journal, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.policies import JobView, PastDecision
@@ -63,8 +64,8 @@ def output_facts(job: JobInfo, uid: int, deadline: float, clock: Clock) -> list[
     return facts
 
 
-@dataclass(frozen=True)
-class Gathered:
+@dataclass(frozen=True, eq=False, repr=False)
+class Gathered(Frozen):
     """The facts of one job end, and what was left out of them (said in the decision)."""
 
     facts: list[Fact]
@@ -142,8 +143,8 @@ def node_blame(attribution: Attribution) -> tuple[str, ...]:
     return attribution.nodes if node_fault and attribution.root_backed else ()
 
 
-@dataclass(frozen=True)
-class Context:
+@dataclass(frozen=True, eq=False, repr=False)
+class Context(Frozen):
     """What the policies read besides the attribution."""
 
     job: JobView

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slurm_triage import hostlist
+from slurm_triage.frozen import Frozen
 
 # Our name for each variable -> Slurm's.
 SLURM_ENV = {
@@ -43,8 +44,8 @@ def job_nodes(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(hostlist.expand(expression))
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobEnd:
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class JobEnd(Frozen):
     """One job end as a slurm.conf program sees it (the node Epilog, the decision)."""
 
     job_id: int

@@ -6,11 +6,12 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
+from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState
 
 
-@dataclass(frozen=True)
-class JobInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobInfo(Frozen):
     """One job as Slurm sees it now (from slurmctld, or from accounting once it is gone).
 
     `exit_code`/`exit_signal` follow Slurm's `ExitCode=code:signal`. `time_limit_min` is
@@ -67,8 +68,8 @@ class NodeFlag(enum.StrEnum):
     FAIL = "FAIL"
 
 
-@dataclass(frozen=True)
-class NodeInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class NodeInfo(Frozen):
     """One node: base state (IDLE, ALLOCATED, MIXED, DOWN, ...), flags and the admin reason.
 
     `weight` is Slurm's scheduling Weight (lower is used first; None when the source does
@@ -113,8 +114,8 @@ class NodeInfo:
         return bool({NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED} & self.flags)
 
 
-@dataclass(frozen=True)
-class ReservationInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class ReservationInfo(Frozen):
     """One advance reservation (`scontrol show reservation`): its nodes (expanded), its
     window in epoch seconds (None: not given), Slurm's flags (MAINT, IGNORE_JOBS,
     SPEC_NODES, ...) and the users allowed in it. A node in an active reservation runs only
@@ -150,8 +151,8 @@ _OUT_OF_SERVICE = frozenset({"DOWN", "DRAIN", "DRNG", "FAIL", "FAILG", "INVAL"})
 _STATE_FLAG_SUFFIXES = "*$^@#%~!"
 
 
-@dataclass(frozen=True)
-class NodeEvent:
+@dataclass(frozen=True, eq=False, repr=False)
+class NodeEvent(Frozen):
     """One node event of Slurm's accounting (`sacctmgr show event`): slurmctld recorded the
     node leaving normal service at `start`, in `state` with `reason`, until `end` (None
     while the event is open). Times are naive local time, as Slurm prints them."""
@@ -175,8 +176,8 @@ class NodeEvent:
         return self.base_state in _OUT_OF_SERVICE
 
 
-@dataclass(frozen=True)
-class NodeEventLog:
+@dataclass(frozen=True, eq=False, repr=False)
+class NodeEventLog(Frozen):
     """What one read of Slurm's node events gave: the node events, how many lines could
     not be read (reported, never dropped silently), and how many cluster events (no node,
     e.g. a change of the cluster's TRES) were passed over."""

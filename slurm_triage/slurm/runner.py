@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from slurm_triage.frozen import Frozen
 from slurm_triage.slurm.errors import (
     InvalidJobState,
     JobNotFound,
@@ -70,8 +71,8 @@ _ERROR_PATTERNS: tuple[
 )
 
 
-@dataclass(frozen=True)
-class CommandResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class CommandResult(Frozen):
     argv: tuple[str, ...]
     returncode: int
     stdout: str

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from slurm_triage.frozen import Frozen
+
 ERROR_FILE_ENV = "SLURM_TRIAGE_ERROR_FILE"
 HEARTBEAT_ENV = "SLURM_TRIAGE_HEARTBEAT"
 SCHEMA = "slurm-triage/error-file"
@@ -39,8 +41,8 @@ class ErrorFileError(ValueError):
     """An error file exists but is not one we wrote; the message is one line."""
 
 
-@dataclass(frozen=True)
-class ErrorReport:
+@dataclass(frozen=True, eq=False, repr=False)
+class ErrorReport(Frozen):
     """What a rank recorded about the exception that ended it."""
 
     exc_type: str

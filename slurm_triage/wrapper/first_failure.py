@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_triage.attribution import Attribution
+from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause
 from slurm_triage.wrapper.identity import StepIdentity
 
@@ -34,8 +35,8 @@ MARKER_MODE = 0o644
 KILLED_FROM_OUTSIDE = frozenset({signal.SIGTERM, signal.SIGKILL})
 
 
-@dataclass(frozen=True)
-class FirstFailure:
+@dataclass(frozen=True, eq=False, repr=False)
+class FirstFailure(Frozen):
     """The task that failed first in this run of the step, and what it said of itself."""
 
     task: str

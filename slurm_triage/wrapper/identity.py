@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slurm_triage.frozen import Frozen
+
 LOCAL_JOB = "local"
 BATCH_STEP = "batch"
 # The batch script has SLURM_JOB_ID but no SLURM_STEP_ID (checked on Slurm 22.05).
@@ -25,8 +27,8 @@ _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 MAX_PART_CHARS = 64
 
 
-@dataclass(frozen=True)
-class StepIdentity:
+@dataclass(frozen=True, eq=False, repr=False)
+class StepIdentity(Frozen):
     """This wrapper's place in the job; `tasks_on_node` > 1 puts the task id in file names."""
 
     job_id: str

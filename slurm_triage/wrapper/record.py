@@ -30,6 +30,7 @@ from slurm_triage.evidence import (
     parse_record,
     record_to_json,
 )
+from slurm_triage.frozen import Frozen
 from slurm_triage.wrapper.errorfile import ErrorReport
 from slurm_triage.wrapper.identity import StepIdentity
 from slurm_triage.wrapper.supervise import ChildExit
@@ -42,8 +43,8 @@ class RecordError(Exception):
     """The record could not be written; the message is one line for the user's stderr."""
 
 
-@dataclass(frozen=True)
-class RunOutcome:
+@dataclass(frozen=True, eq=False, repr=False)
+class RunOutcome(Frozen):
     """Everything the wrapper learnt about one run, gathered once the child has exited."""
 
     identity: StepIdentity

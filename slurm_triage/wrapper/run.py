@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig, WrapperConfig, node_path
 from slurm_triage.evidence import NvmlCondition, NvmlFact, Source, Stall
+from slurm_triage.frozen import Frozen
 from slurm_triage.logs import get_logger
 from slurm_triage.wrapper.errorfile import ErrorFileError, ErrorReport, read_error_file
 from slurm_triage.wrapper.files import Scratch, open_tees
@@ -38,8 +39,8 @@ PUMP_JOIN_S = 5.0
 FATAL_XID_TICK_S = 0.5
 
 
-@dataclass(frozen=True)
-class WrapOptions:
+@dataclass(frozen=True, eq=False, repr=False)
+class WrapOptions(Frozen):
     """The wrapper's settings: `[wrapper]` of the config, CLI overrides applied."""
 
     tail_bytes: int = WrapperConfig.tail_bytes
@@ -140,8 +141,8 @@ def _supervise(
         return child
 
 
-@dataclass(frozen=True)
-class _Ended:
+@dataclass(frozen=True, eq=False, repr=False)
+class _Ended(Frozen):
     child: ChildExit
     runtime_s: float
     started_wall: float

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
+from slurm_triage.frozen import Frozen
 from slurm_triage.wrapper.reap import (
     become_subreaper,
     has_children,
@@ -67,8 +68,8 @@ class SpawnError(Exception):
         return f"{self.argv0}: cannot run: {self.error.strerror or self.error}"
 
 
-@dataclass(frozen=True)
-class ChildExit:
+@dataclass(frozen=True, eq=False, repr=False)
+class ChildExit(Frozen):
     """How the child ended: exactly one of exit_code / signal_number is meaningful."""
 
     exit_code: int | None

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_triage.frozen import Frozen
+
 # Never poll more often than this, nor less often (a 30-minute timeout still ticks at 5 s).
 MIN_TICK_S = 0.05
 MAX_TICK_S = 5.0
@@ -53,8 +55,8 @@ class HangDetector:
         return idle if idle >= self.timeout_s else None
 
 
-@dataclass(frozen=True)
-class Usage:
+@dataclass(frozen=True, eq=False, repr=False)
+class Usage(Frozen):
     """Resource figures of one wrapped run (bytes and CPU seconds)."""
 
     peak_tree_rss_bytes: int

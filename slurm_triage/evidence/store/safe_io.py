@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from slurm_triage.evidence.record import EvidenceRecord
+from slurm_triage.frozen import Frozen
 from slurm_triage.logs import get_logger
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -22,8 +23,8 @@ class UnsafeEvidence(Exception):
     """A file or directory failed a safety check; the message says which and why."""
 
 
-@dataclass(frozen=True)
-class ReadResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class ReadResult(Frozen):
     records: tuple[EvidenceRecord, ...]
     rejected: tuple[str, ...]  # one line per ignored file or directory
     over_budget: str = ""  # why reading stopped early (the records read are then partial)

@@ -30,6 +30,7 @@ from slurm_triage.evidence.store.safe_io import (
     open_dir,
     read_capped,
 )
+from slurm_triage.frozen import Frozen
 
 MAX_RECORDS_PER_JOB = 4096
 _USER_NAME = re.compile(
@@ -38,8 +39,8 @@ _USER_NAME = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class RecordBudget:
+@dataclass(frozen=True, eq=False, repr=False)
+class RecordBudget(Frozen):
     """What one decision may spend on a job's user records: a user controls their number,
     size and facts (4096 records of 1 MiB with 1000 facts each took minutes and GiBs)."""
 
