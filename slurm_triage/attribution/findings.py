@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_triage.attribution import xid as xids
 from slurm_triage.attribution.matcher import classify_exception
 from slurm_triage.attribution.signatures import BY_NAME
 from slurm_triage.attribution.tiers import Tier
@@ -201,6 +200,10 @@ def _kernel_event(fact: KernelEvent, index: int) -> list[Finding]:
 
 
 def _xid(number: int, text: str, fact: Fact, index: int, why: str) -> list[Finding]:
+    # The XID catalogue (a hundred-odd rows built at import) is imported for an XID only: a
+    # job's own logs never give one (issue 20).
+    from slurm_triage.attribution import xid as xids
+
     row = xids.lookup(number, text)
     why = f"{why} ({row.meaning})"
     if row.origin is xids.Origin.APP:

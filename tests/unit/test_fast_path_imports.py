@@ -210,8 +210,8 @@ def test_epilog_and_decision_imports(tmp_path: Path, module: str) -> None:
 
 def test_classify_of_a_job_log_reads_no_kernel_tables(tmp_path: Path) -> None:
     """`slurm-triage classify --log ...` without a kernel log imports neither the kernel-log
-    parser nor its line formats (~35 regexes compiled at import), nor the config module and
-    its TOML parser: classify reads no config."""
+    parser nor its line formats (~35 regexes compiled at import), nor the XID catalogue (job
+    logs hold no XID), nor the config module and its TOML parser: classify reads no config."""
     log = tmp_path / "job.out"
     log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     code = (
@@ -222,5 +222,10 @@ def test_classify_of_a_job_log_reads_no_kernel_tables(tmp_path: Path) -> None:
     )
     modules = _imported(code, tmp_path, {})
     assert "slurm_triage.attribution.engine" in modules
-    denied = ("slurm_triage.attribution.kernel", "slurm_triage.config", "tomllib")
+    denied = (
+        "slurm_triage.attribution.kernel",
+        "slurm_triage.attribution.xid",
+        "slurm_triage.config",
+        "tomllib",
+    )
     assert _present(modules, NEVER + denied) == []
