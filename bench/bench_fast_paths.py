@@ -10,7 +10,9 @@ to `python -c pass` (or `cat`) measured side by side in this one run (the machin
 2. Wrapper: `slurm-triage wrap -- true` next to `python -c pass` (goal <= 3x); a Python
    child writing PUMP_MB MB of log lines through the wrapper next to the same child piped
    through `cat`, both into a file on local disk (goal <= 1.3x); the wrapper's peak RSS
-   (its `wrapper_usage` log line, getrusage; goal <= 40 MB).
+   (its `wrapper_usage` log line, getrusage; goal <= 40 MB). Printed with them, no goal:
+   `wrap -- echo` (a command that prints, whose output the wrapper scans at its end) and,
+   on a host without NVIDIA GPUs, pynvml's import (what a GPU node's wrapper adds).
 3. Decision: the CPU time (user + sys, interpreter start included) of a cold process that
    runs EpilogSlurmctld's decide() for a failed job (XID 79 in root's record) against a
    FakeDoor and a fresh journal: goal <= 100 ms. For a completed job, the door's calls must
@@ -189,6 +191,7 @@ def bench_wrapper(root: Path) -> tuple[float, float, float]:
         f"{_verdict(start_ratio, 3)})",
         flush=True,
     )
+    _wrapper_extras(env)
     out = Path("/var/tmp") / f"bench-fast-paths-{os.getpid()}.out"
     child = f"{sys.executable} -c '{WRITER}' {PUMP_MB << 20}"
     wrapped = f"{BIN / 'slurm-triage'} wrap -- {child} > {out}"
@@ -215,6 +218,40 @@ def bench_wrapper(root: Path) -> tuple[float, float, float]:
         flush=True,
     )
     return start_ratio, pump_ratio, peak
+
+
+def _wrapper_extras(env: dict[str, str]) -> None:
+    """What `wrap -- true` leaves out of a real rank: the log scanner, imported at the end
+    of a command that printed anything; and, on a host without NVIDIA GPUs (the wrapper
+    then loads no NVML), pynvml's import, which a GPU node's wrapper pays after the command
+    has started (nvmlInit, the driver's share, cannot be measured here)."""
+    from slurm_triage.nvml import read_pci_gpus
+
+    printing = [str(BIN / "slurm-triage"), "wrap", "--", "echo", "step 1 | loss 2.87"]
+    floor, wall = _side_by_side(RUNS, lambda: _wall(PASS, env), lambda: _wall(printing, env))
+    print(
+        f"  wrap -- echo (one line of output, scanned at the end): {wall * 1000:.0f} ms | "
+        f"python -c pass {floor * 1000:.0f} ms | ratio {wall / floor:.2f}x",
+        flush=True,
+    )
+    if read_pci_gpus("/sys"):
+        print("  NVIDIA GPUs here: the figures above include the wrapper's NVML", flush=True)
+        return
+    # The wrapper has ctypes already (its subreaper call): pynvml's own share only.
+    ctypes_only = [sys.executable, "-c", "import ctypes"]
+    nvml = [sys.executable, "-c", "import ctypes, pynvml"]
+    try:
+        base, with_nvml = _side_by_side(
+            RUNS, lambda: _wall(ctypes_only, env), lambda: _wall(nvml, env)
+        )
+    except SystemExit:
+        return  # no pynvml here
+    print(
+        f"  no NVIDIA GPU here, so no NVML in these figures; a GPU node's wrapper adds "
+        f"pynvml's import, {(with_nvml - base) * 1000:.0f} ms here "
+        f"(+{(with_nvml - base) / floor:.2f}x), and nvmlInit",
+        flush=True,
+    )
 
 
 def _child_cpu(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
