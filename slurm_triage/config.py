@@ -431,7 +431,10 @@ def _parse_env_value(name: str, tp: Any, raw: str) -> Any:
         if tp is float:
             return float(raw)
         if origin in (tuple, list):
-            return [item.strip() for item in raw.split(",") if item.strip()]
+            # Comma-separated; each item read as its declared type (`agent.allowed_uids=0,64030`).
+            (item_type, *_) = typing.get_args(tp) or (str,)
+            items = [item.strip() for item in raw.split(",") if item.strip()]
+            return [_parse_env_value(f"{name}[{i}]", item_type, x) for i, x in enumerate(items)]
     except ValueError:
         raise ConfigError(f"{name} = {raw!r} is not valid; expected {_describe(tp)}") from None
     return raw

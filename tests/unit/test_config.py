@@ -102,9 +102,24 @@ def test_env_overrides_beat_the_file(tmp_path: Path) -> None:
     assert (config.slurm.timeout_s, config.slurm.attempts) == (7.5, 1)
 
 
+def test_env_list_overrides_read_each_item_as_its_type() -> None:
+    """A list override is comma-separated, each item read as the list's declared type: a
+    list of uids is integers, a list of ports strings."""
+    config = config_from_mapping(
+        {},
+        {
+            "SLURM_TRIAGE__AGENT__ALLOWED_UIDS": "0, 64030",
+            "SLURM_TRIAGE__HEALTH__IB_PORTS": "mlx5_0:1,mlx5_1:1",
+        },
+    )
+    assert tuple(config.agent.allowed_uids) == (0, 64030)
+    assert tuple(config.health.ib_ports) == ("mlx5_0:1", "mlx5_1:1")
+
+
 @pytest.mark.parametrize(
     ("var", "value", "pattern"),
     [
+        ("SLURM_TRIAGE__AGENT__ALLOWED_UIDS", "0,root", "agent.allowed_uids"),
         ("SLURM_TRIAGE__SLURM__TIMEOUT_S", "soon", "slurm.timeout_s"),
         ("SLURM_TRIAGE__SLURM__NOPE", "1", "unknown key slurm.nope"),
         ("SLURM_TRIAGE__BOGUS__X", "1", "bad override SLURM_TRIAGE__BOGUS__X"),
