@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.bench_prolog import _config as prolog_config
+from bench.bench_wrapper import WRITER
 
 RUNS = int(os.environ.get("BENCH_FAST_RUNS", "15"))
 PUMP_MB = int(os.environ.get("BENCH_FAST_PUMP_MB", "500"))
@@ -45,15 +46,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
 BIN = Path(sys.executable).parent
 PASS = [sys.executable, "-c", "pass"]
-
-WRITER = r"""
-import sys
-total = int(sys.argv[1]); written = 0; step = 0
-while written < total:
-    line = f"2024-12-18 09:02:19,870 - train - INFO - step {step} | loss 2.8770 | lr 3e-4 | tok/s"
-    print(line)
-    written += len(line) + 1; step += 1
-"""
 
 # The decision's process: everything EpilogSlurmctld imports and does, with a FakeDoor in
 # place of slurmctld (open_door is the only difference).
