@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from slurm_triage.frozen import Frozen
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Clock(Frozen):
     time: Callable[[], float] = _time.time
     monotonic: Callable[[], float] = _time.monotonic

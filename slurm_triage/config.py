@@ -16,7 +16,7 @@ import os
 import sys
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,7 +37,6 @@ def _range(minimum: float | None = None, maximum: float | None = None) -> dict[s
     return {"min": minimum, "max": maximum}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class LoggingConfig(Frozen):
     """Where and how our structured log lines go."""
 
@@ -60,7 +59,6 @@ class LoggingConfig(Frozen):
     ] = "daemon"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class SlurmConfig(Frozen):
     """How we talk to Slurm: which backend, and how long any one call may take."""
 
@@ -73,7 +71,6 @@ class SlurmConfig(Frozen):
     bin_dir: str = ""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PathsConfig(Frozen):
     """Where records live on disk."""
 
@@ -81,7 +78,6 @@ class PathsConfig(Frozen):
     state_dir: str = "/var/lib/slurm-triage"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class HealthConfig(Frozen):
     """Node health checks (prolog, cron/HealthCheckProgram, `slurm-triage check`).
 
@@ -136,7 +132,6 @@ class HealthConfig(Frozen):
     breaker_settle_s: float = field(default=3.0, metadata=_range(0, 300))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class WrapperConfig(Frozen):
     """`slurm-triage wrap`: the supervisor researchers put under srun."""
 
@@ -166,7 +161,6 @@ else:
     CauseName = Literal[tuple(c.value for c in Cause)]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PolicyConfig(Frozen):
     """What the decision does with an attributed job end (docs/decisions.md)."""
 
@@ -212,7 +206,6 @@ class PolicyConfig(Frozen):
     act: bool = True
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class DecisionConfig(Frozen):
     """Where the once-per-job decision runs and how long it may wait for the nodes."""
 
@@ -237,7 +230,6 @@ class DecisionConfig(Frozen):
     journal_busy_timeout_s: float = field(default=10.0, metadata=_range(0.1, 600))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class MetricsConfig(Frozen):
     """Prometheus metrics: node_exporter textfiles and `slurm-triage metrics`."""
 
@@ -256,7 +248,6 @@ class MetricsConfig(Frozen):
 NoticeKindName = Literal["drain", "rma", "breaker_trip", "hold"]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class NotifyConfig(Frozen):
     """Webhook notifications of drains, RMA candidates, breaker trips and held jobs."""
 
@@ -280,7 +271,6 @@ class NotifyConfig(Frozen):
     max_wait_s: float = field(default=3.0, metadata=_range(0.1, 60))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class RepairConfig(Frozen):
     """The node lifecycle after a drain: repair, burn-in, return or RMA (docs/repair.md).
 
@@ -329,7 +319,6 @@ class RepairConfig(Frozen):
     burn_in_dcgm_level: int = field(default=2, metadata=_range(0, 4))
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class AgentConfig(Frozen):
     """The resident node agent (`slurm-triage agent`, docs/agent.md): a root daemon on each
     node that keeps the config, logging and NVML open and runs the Prolog's screen for it.
@@ -354,7 +343,6 @@ class AgentConfig(Frozen):
     watch_xids: bool = True
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Config(Frozen):
     """The effective configuration of one slurm-triage process."""
 

@@ -1,21 +1,34 @@
-"""`Frozen`: the base of frozen dataclasses that cost less to define (issue 20).
+"""`Frozen`: the base of the frozen records that cost nothing to define (issue 20).
 
-Python 3.11's @dataclass compiles every method it generates with exec() when the class is
-defined, in every process: about 1 ms for a frozen class, six methods. The per-job programs
-define dozens of them at each start (a wrapped rank 30-odd, a job end's decision 60-odd).
-A frozen dataclass that derives from `Frozen` and passes `eq=False, repr=False` still has
-its __init__, __setattr__ and __delattr__ generated (so it is constructed as fast, checked
-by mypy and frozen as before) and takes __eq__, __hash__ and __repr__ from here, written
-once: what @dataclass(frozen=True) would generate (the compared fields as a tuple, equal
-only to an instance of the very same class; the hash of the hashed fields;
-`Name(field=value, ...)` of the fields with repr=True), at the price of a lookup per call.
+Python 3.11's @dataclass writes the source of every method it generates and compiles it
+with exec() when the class is defined, in every process: about 1 ms for a frozen class
+(__init__, __setattr__, __delattr__, and __eq__, __hash__, __repr__ unless turned off).
+The per-job programs define dozens of them at each start (a wrapped rank 30-odd, a job
+end's decision 60-odd): 28 ms of a wrapped `true`, 42 ms of a decision.
 
-    @dataclass(frozen=True, eq=False, repr=False)
+A class that derives from `Frozen` is a frozen dataclass without the @dataclass line:
+
     class StepIdentity(Frozen):
+        job_id: str
+        restart: int = 0
+
+    class Window(Frozen, kw_only=True):  # as @dataclass(frozen=True, kw_only=True)
         ...
 
-tests/unit/test_frozen.py holds them to the generated ones, and every frozen dataclass the
-per-job programs define to this form.
+Its fields are read by `dataclasses` itself (so fields(), replace(), asdict(), field(),
+__match_args__ and is_dataclass() are the standard ones) with nothing generated; the
+methods it would have generated are written once, here, and read the class's fields from
+a layout worked out on its first use: __init__ (positional and keyword arguments as the
+generated one takes them, defaults, default_factory, init=False, kw_only, __post_init__,
+the same TypeErrors), __setattr__ and __delattr__ (FrozenInstanceError), __eq__ (the
+compared fields as a tuple, equal only to an instance of the very same class), __hash__
+(the hashed fields) and __repr__ (`Name(field=value, ...)`, recursion as `...`). mypy
+knows it as a frozen dataclass through `dataclass_transform` (PEP 681).
+The price is a lookup per call and an __init__ run by the interpreter rather than
+compiled for the class: about 1 µs more per construction.
+
+tests/unit/test_frozen.py holds every method to the generated one, and the per-job
+programs to defining their frozen records this way.
 """
 
 from __future__ import annotations
@@ -24,15 +37,66 @@ import dataclasses
 import operator
 import reprlib
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple, dataclass_transform
 
 _Getter = Callable[[Any], tuple[Any, ...]]
+_MISSING: Any = dataclasses.MISSING
+_set = object.__setattr__
 
 
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 class Frozen:
-    """Equality, hash and repr of a frozen dataclass, as @dataclass would generate them."""
+    """A frozen dataclass's methods, as @dataclass(frozen=True) would generate them."""
 
     __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Fields only: with init, repr, eq and frozen off, @dataclass generates no method.
+        dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        init = _INITS.get(self.__class__) or _init_layout(self.__class__)
+        if len(args) > len(init.positional):
+            raise TypeError(_too_many(self.__class__, init, len(args)))
+        for name, value in zip(init.positional, args, strict=False):
+            if name in kwargs:
+                raise TypeError(
+                    f"{self.__class__.__qualname__}.__init__() got multiple values for "
+                    f"argument {name!r}"
+                )
+            _set(self, name, value)
+        missing = []
+        for name, default, factory in init.rest[len(args) :]:
+            if name in kwargs:
+                _set(self, name, kwargs.pop(name))
+            elif default is not _MISSING:
+                _set(self, name, default)
+            elif factory is not _MISSING:
+                _set(self, name, factory())
+            else:
+                missing.append(name)
+        if missing:
+            raise TypeError(_missing(self.__class__, init, missing))
+        if kwargs:
+            raise TypeError(
+                f"{self.__class__.__qualname__}.__init__() got an unexpected keyword "
+                f"argument {next(iter(kwargs))!r}"
+            )
+        for name, default, factory in init.not_init:
+            if default is not _MISSING:
+                _set(self, name, default)
+            elif factory is not _MISSING:
+                _set(self, name, factory())
+        if init.post_init:
+            self.__post_init__()  # type: ignore[attr-defined]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -47,6 +111,70 @@ class Frozen:
     def __repr__(self) -> str:
         shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in _layout(self.__class__).shown)
         return f"{self.__class__.__qualname__}({shown})"
+
+
+class _Init(NamedTuple):
+    """What a class's __init__ reads, worked out on its first construction."""
+
+    positional: tuple[str, ...]  # the init fields that are not keyword-only, in order
+    required: int  # how many of them have no default
+    rest: tuple[tuple[str, Any, Any], ...]  # every init field: name, default, factory
+    not_init: tuple[tuple[str, Any, Any], ...]  # init=False fields with a default
+    post_init: bool
+
+
+_INITS: dict[type, _Init] = {}
+
+
+def _init_layout(cls: type) -> _Init:
+    fields = dataclasses.fields(cls)
+    taken = [f for f in fields if f.init]
+    # @dataclass's own order: keyword-only fields after the others.
+    ordered = [f for f in taken if not f.kw_only] + [f for f in taken if f.kw_only]
+    found = _INITS[cls] = _Init(
+        positional=tuple(f.name for f in ordered if not f.kw_only),
+        required=sum(1 for f in ordered if not f.kw_only and _required(f)),
+        rest=tuple((f.name, f.default, f.default_factory) for f in ordered),
+        not_init=tuple((f.name, f.default, f.default_factory) for f in fields if not f.init),
+        post_init=hasattr(cls, "__post_init__"),
+    )
+    return found
+
+
+def _required(field: dataclasses.Field[Any]) -> bool:
+    return field.default is _MISSING and field.default_factory is _MISSING
+
+
+# CPython's own words for a call that does not fit a signature (Python/ceval.c), which the
+# generated __init__ would have said.
+def _too_many(cls: type, init: _Init, given: int) -> str:
+    most = len(init.positional) + 1  # self counts, as in the generated __init__'s message
+    takes = f"from {init.required + 1} to {most}" if init.required + 1 < most else f"{most}"
+    noun = "argument" if most == 1 and init.required + 1 == most else "arguments"
+    were = "was" if given + 1 == 1 else "were"
+    return (
+        f"{cls.__qualname__}.__init__() takes {takes} positional {noun} but {given + 1} {were}"
+        " given"
+    )
+
+
+def _missing(cls: type, init: _Init, missing: list[str]) -> str:
+    positional = [name for name in missing if name in init.positional]
+    names = positional or missing
+    kind = "positional" if positional else "keyword-only"
+    quoted = [repr(name) for name in names]
+    listed = (
+        quoted[0]
+        if len(quoted) == 1
+        else f"{quoted[0]} and {quoted[1]}"
+        if len(quoted) == 2
+        else ", ".join(quoted[:-1]) + f", and {quoted[-1]}"
+    )
+    plural = "s" if len(names) > 1 else ""
+    return (
+        f"{cls.__qualname__}.__init__() missing {len(names)} required {kind} "
+        f"argument{plural}: {listed}"
+    )
 
 
 class _Layout(NamedTuple):

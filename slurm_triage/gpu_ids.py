@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from slurm_triage.frozen import Frozen
@@ -36,7 +35,6 @@ _BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{
 MAX_GPU_ID = 1023  # Slurm's gres bitmaps are small; larger numbers are not GPU ids
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class NvmlDevice(Frozen):
     """One GPU as NVML shows it to this process; None where NVML could not say (lost)."""
 
@@ -113,7 +111,6 @@ def job_devices(
     return chosen
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class JobScope(Frozen):
     """What of the node a Prolog's job has: its GPUs (Slurm ids), or the whole node."""
 

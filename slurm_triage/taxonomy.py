@@ -13,7 +13,6 @@ knows whether the job is resumable and how often it was already requeued.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
 from slurm_triage.frozen import Frozen
@@ -115,7 +114,6 @@ class Cause(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class CauseInfo(Frozen):
     """One row of the taxonomy table.
 

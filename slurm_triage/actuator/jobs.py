@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from slurm_triage.frozen import Frozen
 from slurm_triage.logs import get_logger
@@ -24,7 +24,6 @@ from slurm_triage.policies.reasons import is_ours, may_replace_drain
 from slurm_triage.slurm import InvalidJobState, JobState, SlurmDoor, SlurmError
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Applied(Frozen):
     """What actually happened in Slurm."""
 

@@ -17,7 +17,7 @@ The taxonomy's five rules, in the order they apply:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from slurm_triage.attribution.findings import (
@@ -47,7 +47,6 @@ UNKNOWN_CONFIDENCE = 0.2
 _INF = float("inf")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Window(Frozen):
     """The span of time in which evidence counts for a job (epoch seconds, inclusive)."""
 
@@ -67,7 +66,6 @@ def job_window(end_time: float) -> Window:
     return Window(end_time - WINDOW_BEFORE_S, end_time + WINDOW_AFTER_S)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Attribution(Frozen):
     """Why a job ended: one cause, what to do, whom to blame, how sure, and on what evidence.
 

@@ -11,7 +11,6 @@ and failures that say nothing (EXIT).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from slurm_triage.attribution.matcher import classify_exception
@@ -55,7 +54,6 @@ _CRASH_SIGNALS = {4, 7, 8, 11}  # SIGILL, SIGBUS, SIGFPE, SIGSEGV
 _SIGABRT = 6
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Finding(Frozen):
     """One candidate cause on one node, and the fact it rests on."""
 

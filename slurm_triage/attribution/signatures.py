@@ -13,7 +13,6 @@ cause, and the `Tier` that says how strong it is; then add a corpus case that ne
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cached_property
 
 from slurm_triage.attribution.tiers import Tier
@@ -21,7 +20,6 @@ from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Signature(Frozen):
     """A named pattern; a `host` group in the regex (a node name or a Slurm hostlist such
     as `node[03-04]`) moves the hit to the node(s) it names."""

@@ -14,7 +14,7 @@ received by PID n"); that block, not the wrapper exception, is the root.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from slurm_triage.attribution.matcher import classify_exception
 from slurm_triage.attribution.tiers import Tier
@@ -47,7 +47,6 @@ _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID")
 _MAX_MESSAGE = 500
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ExcLine(Frozen):
     """One exception line: its type, first message line, and the indexes (in the tail's
     lines) of the line itself and of its traceback's header."""
@@ -58,7 +57,6 @@ class ExcLine(Frozen):
     header: int
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Root(Frozen):
     """The root of the last traceback: the exception, and torchrun's summary fields if any."""
 

@@ -27,7 +27,7 @@ the XID that caused them is.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
 
 from slurm_triage.frozen import Frozen
@@ -46,7 +46,6 @@ class Origin(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class XidInfo(Frozen):
     """One catalogue row. `precedence` orders hardware causes on one node (higher wins);
     `immediate` and `investigatory` are NVIDIA's resolution buckets, verbatim."""

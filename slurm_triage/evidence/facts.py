@@ -10,7 +10,6 @@ NVML from the epilog, health checks). Only ROOT facts can make a node drainable.
 from __future__ import annotations
 
 import signal as _signal
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
 
@@ -50,8 +49,7 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class Fact(Frozen):
+class Fact(Frozen, kw_only=True):
     """Base of all facts: the node it concerns, when it happened, and who collected it."""
 
     KIND: ClassVar[str] = ""
@@ -60,8 +58,7 @@ class Fact(Frozen):
     source: Source = Source.USER
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class ProcessExit(Fact):
+class ProcessExit(Fact, kw_only=True):
     """How a process (the job step's task, or the wrapper's child) ended."""
 
     KIND: ClassVar[str] = "process_exit"
@@ -86,8 +83,7 @@ class ProcessExit(Fact):
         return bool(self.signal) or (self.exit_code is not None and self.exit_code != 0)
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class SlurmState(Fact):
+class SlurmState(Fact, kw_only=True):
     """The job state Slurm recorded, and for CANCELLED the uid that cancelled it."""
 
     KIND: ClassVar[str] = "slurm_state"
@@ -114,8 +110,7 @@ class KernelEventKind(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class KernelEvent(Fact):
+class KernelEvent(Fact, kw_only=True):
     """One event from a node's kernel log; `xid` and `pci_bus_id` (dddd:bb:dd) when known."""
 
     KIND: ClassVar[str] = "kernel_event"
@@ -147,8 +142,7 @@ class NvmlCondition(StrEnum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class NvmlFact(Fact):
+class NvmlFact(Fact, kw_only=True):
     """An NVML observation about one GPU; `value` is the XID, count or action code if any."""
 
     KIND: ClassVar[str] = "nvml"
@@ -169,8 +163,7 @@ class CheckStatus(StrEnum):
     SKIPPED = "SKIPPED"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class HealthCheck(Fact):
+class HealthCheck(Fact, kw_only=True):
     """A health check's result on a node; `cause` names the fault it found, if specific."""
 
     KIND: ClassVar[str] = "health_check"
@@ -180,8 +173,7 @@ class HealthCheck(Fact):
     cause: Cause | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class LogHit(Fact):
+class LogHit(Fact, kw_only=True):
     """A known signature matched in a job's stdout/stderr tail; `count` lines matched it."""
 
     KIND: ClassVar[str] = "log_signature"
@@ -191,8 +183,7 @@ class LogHit(Fact):
     count: int = 1
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class RootException(Fact):
+class RootException(Fact, kw_only=True):
     """The root exception of the last Python traceback in a log.
 
     For a torchrun `ChildFailedError` it is the summary's "Root Cause (first observed
@@ -207,8 +198,7 @@ class RootException(Fact):
     signal: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class Stall(Fact):
+class Stall(Fact, kw_only=True):
     """The wrapper saw no progress for `idle_s` seconds and ended the job."""
 
     KIND: ClassVar[str] = "stall"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -56,7 +55,6 @@ class EvidenceError(TriageError, ValueError):
     """An evidence record is malformed; the message names the first problem in one line."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class EvidenceRecord(Frozen):
     """One node's evidence for one job, as collected by the user's wrapper or by root."""
 

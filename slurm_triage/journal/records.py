@@ -5,14 +5,13 @@ store is store.py."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
 from slurm_triage.frozen import Frozen
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class DecisionRow(Frozen):
     """One recorded decision, as `history` shows it."""
 
@@ -38,7 +37,6 @@ class DecisionRow(Frozen):
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class NodeEvent(Frozen):
     node: str
     job_id: int
@@ -49,7 +47,6 @@ class NodeEvent(Frozen):
     multi_node: bool
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class DecisionTotal(Frozen):
     cause: str
     domain: str
@@ -59,7 +56,6 @@ class DecisionTotal(Frozen):
     last_decided_at: float | None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class LifecycleEvent(Frozen):
     """One step of a node's lifecycle (policies.lifecycle), as reconcile or a person took
     it: the state the node was found in, the action decided, whether it was carried out,

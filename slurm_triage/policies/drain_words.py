@@ -29,7 +29,6 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from slurm_triage.frozen import Frozen
 from slurm_triage.policies.reasons import DRAIN_PREFIX
@@ -60,7 +59,6 @@ class DrainKind(enum.StrEnum):
     NOT_OURS = "not_ours"  # an admin's, Slurm's, or empty
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class DrainWords(Frozen):
     """A node reason read back: its kind, the check or cause it names (`subject`, "" when
     none), the job it names, the GPUs a reset is for (() = all)."""

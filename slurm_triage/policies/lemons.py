@@ -4,14 +4,13 @@ of daily jobs). Pure: per-node journal events in, per-node signals and a verdict
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from slurm_triage.config import PolicyConfig
 from slurm_triage.frozen import Frozen
 from slurm_triage.journal.records import NodeEvent
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class NodeSignals(Frozen):
     node: str
     failed_jobs: int = 0  # distinct jobs that failed with this node blamed

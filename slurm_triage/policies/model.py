@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from slurm_triage.frozen import Frozen
@@ -44,7 +44,6 @@ def family(cause: Cause, domain: Domain) -> Family:
     return Family.OTHER
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PastDecision(Frozen):
     """An earlier decision for the same job (from the journal)."""
 
@@ -55,7 +54,6 @@ class PastDecision(Frozen):
     at: float
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class JobView(Frozen):
     """The job as the policies need it."""
 
@@ -75,7 +73,6 @@ class JobView(Frozen):
     required_nodes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PolicyInput(Frozen):
     cause: Cause
     domain: Domain
@@ -88,7 +85,6 @@ class PolicyInput(Frozen):
     lemon_reasons: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Decision(Frozen):
     verdict: Verdict = Verdict.RECORD_ONLY
     exclude: tuple[str, ...] = ()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from slurm_triage import actuator, hostlist
@@ -52,7 +52,6 @@ from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_do
 __all__ = ["Outcome", "decide", "decide_from_env", "judge", "node_blame", "on_job_nodes"]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Outcome(Frozen):
     job_id: int
     decided: bool  # False when another decider had already claimed this job end
@@ -61,7 +60,6 @@ class Outcome(Frozen):
     applied: actuator.Applied | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Judged(Frozen):
     """The verdict on one job end: its attribution, the policies' decision, the drain
     reason the decision's drains carry."""

@@ -10,7 +10,7 @@ next run's restart count, so the journal key must be the run that ended.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
@@ -48,7 +48,6 @@ _REASON_STATE = {
 }
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class EndState(Frozen):
     """How a run ended, and for CANCELLED the uid that cancelled it."""
 
@@ -113,7 +112,6 @@ def _settled(door: SlurmDoor, job: JobInfo, deadline: float, clock: Clock) -> Jo
     return job
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class EndedRun(Frozen):
     """The run that ended, as Slurm has it: the job (settled), the end keyed by the run that
     ended, how it ended, and what Slurm already did with it."""

@@ -7,7 +7,7 @@ see it, its earlier decisions, the blamed nodes' recent history). Judging is pur
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from slurm_triage.attribution import Attribution, decode_tail, scan_lines
 from slurm_triage.clock import Clock
@@ -64,7 +64,6 @@ def output_facts(job: JobInfo, uid: int, deadline: float, clock: Clock) -> list[
     return facts
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Gathered(Frozen):
     """The facts of one job end, and what was left out of them (said in the decision)."""
 
@@ -143,7 +142,6 @@ def node_blame(attribution: Attribution) -> tuple[str, ...]:
     return attribution.nodes if node_fault and attribution.root_backed else ()
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Context(Frozen):
     """What the policies read besides the attribution."""
 

@@ -9,7 +9,6 @@ EpilogSlurmctld, SLURM_JOB_START_TIME from Slurm 23.02 on, SLURMD_NODENAME only 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from slurm_triage import hostlist
 from slurm_triage.frozen import Frozen
@@ -44,8 +43,7 @@ def job_nodes(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(hostlist.expand(expression))
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class JobEnd(Frozen):
+class JobEnd(Frozen, kw_only=True):
     """One job end as a slurm.conf program sees it (the node Epilog, the decision)."""
 
     job_id: int

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from datetime import datetime
 
 from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class JobInfo(Frozen):
     """One job as Slurm sees it now (from slurmctld, or from accounting once it is gone).
 
@@ -68,7 +66,6 @@ class NodeFlag(enum.StrEnum):
     FAIL = "FAIL"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class NodeInfo(Frozen):
     """One node: base state (IDLE, ALLOCATED, MIXED, DOWN, ...), flags and the admin reason.
 
@@ -114,7 +111,6 @@ class NodeInfo(Frozen):
         return bool({NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED} & self.flags)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ReservationInfo(Frozen):
     """One advance reservation (`scontrol show reservation`): its nodes (expanded), its
     window in epoch seconds (None: not given), Slurm's flags (MAINT, IGNORE_JOBS,
@@ -151,7 +147,6 @@ _OUT_OF_SERVICE = frozenset({"DOWN", "DRAIN", "DRNG", "FAIL", "FAILG", "INVAL"})
 _STATE_FLAG_SUFFIXES = "*$^@#%~!"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class NodeEvent(Frozen):
     """One node event of Slurm's accounting (`sacctmgr show event`): slurmctld recorded the
     node leaving normal service at `start`, in `state` with `reason`, until `end` (None
@@ -176,7 +171,6 @@ class NodeEvent(Frozen):
         return self.base_state in _OUT_OF_SERVICE
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class NodeEventLog(Frozen):
     """What one read of Slurm's node events gave: the node events, how many lines could
     not be read (reported, never dropped silently), and how many cluster events (no node,

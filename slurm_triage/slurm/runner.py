@@ -71,7 +71,6 @@ _ERROR_PATTERNS: tuple[
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class CommandResult(Frozen):
     argv: tuple[str, ...]
     returncode: int

@@ -18,7 +18,6 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -41,7 +40,6 @@ class ErrorFileError(ValueError):
     """An error file exists but is not one we wrote; the message is one line."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ErrorReport(Frozen):
     """What a rank recorded about the exception that ended it."""
 

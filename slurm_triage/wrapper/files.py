@@ -12,7 +12,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from slurm_triage.frozen import Frozen
 from slurm_triage.wrapper.errorfile import ERROR_FILE_ENV, HEARTBEAT_ENV
@@ -22,7 +21,6 @@ FILE_MODE = 0o644
 DIR_MODE = 0o755
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Scratch(Frozen):
     """A private directory per rank for the heartbeat file and the error file."""
 

@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_triage.attribution import Attribution
@@ -35,7 +34,6 @@ MARKER_MODE = 0o644
 KILLED_FROM_OUTSIDE = frozenset({signal.SIGTERM, signal.SIGKILL})
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class FirstFailure(Frozen):
     """The task that failed first in this run of the step, and what it said of itself."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from slurm_triage.frozen import Frozen
 
@@ -27,7 +26,6 @@ _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 MAX_PART_CHARS = 64
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class StepIdentity(Frozen):
     """This wrapper's place in the job; `tasks_on_node` > 1 puts the task id in file names."""
 

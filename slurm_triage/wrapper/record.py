@@ -14,7 +14,6 @@ import math
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_triage.atomic import write_atomically
@@ -43,7 +42,6 @@ class RecordError(Exception):
     """The record could not be written; the message is one line for the user's stderr."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class RunOutcome(Frozen):
     """Everything the wrapper learnt about one run, gathered once the child has exited."""
 

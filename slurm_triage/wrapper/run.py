@@ -14,7 +14,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig, WrapperConfig, node_path
@@ -39,7 +39,6 @@ PUMP_JOIN_S = 5.0
 FATAL_XID_TICK_S = 0.5
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class WrapOptions(Frozen):
     """The wrapper's settings: `[wrapper]` of the config, CLI overrides applied."""
 
@@ -141,7 +140,6 @@ def _supervise(
         return child
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class _Ended(Frozen):
     child: ChildExit
     runtime_s: float

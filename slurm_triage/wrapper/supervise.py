@@ -25,7 +25,6 @@ import resource
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 
 from slurm_triage.frozen import Frozen
@@ -68,7 +67,6 @@ class SpawnError(Exception):
         return f"{self.argv0}: cannot run: {self.error.strerror or self.error}"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ChildExit(Frozen):
     """How the child ended: exactly one of exit_code / signal_number is meaningful."""
 

@@ -8,7 +8,6 @@ file's mtime) and says when the child has made no progress for the configured ti
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from slurm_triage.frozen import Frozen
@@ -55,7 +54,6 @@ class HangDetector:
         return idle if idle >= self.timeout_s else None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Usage(Frozen):
     """Resource figures of one wrapped run (bytes and CPU seconds)."""
 

@@ -1,5 +1,5 @@
-"""`Frozen`: eq, hash and repr shared by the frozen dataclasses of the per-job programs are
-the ones @dataclass(frozen=True) would have generated, and those programs use it (issue 20)."""
+"""`Frozen`: the methods shared by the frozen records of the per-job programs behave as the
+ones @dataclass(frozen=True) would have generated, and those programs generate none (issue 20)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ class Generated:
     secret: str = field(default="", repr=False)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class Shared(Frozen):
     name: str
     count: int = 0
@@ -32,18 +31,15 @@ class Shared(Frozen):
     secret: str = field(default="", repr=False)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class OneField(Frozen):
     value: object = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class NoField(Frozen):
     pass
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
-class Child(Shared):
+class Child(Shared, kw_only=True):
     extra: float = 1.0
 
 
@@ -53,6 +49,85 @@ VALUES = [
     {"name": "a", "note": "ignored by eq and hash"},
     {"name": "b", "secret": "not shown"},
 ]
+
+
+@dataclass(frozen=True)
+class GeneratedInit:
+    first: str
+    second: int
+    items: list[int] = field(default_factory=list)
+    derived: int = field(default=0, init=False)
+    named: float = field(default=1.0, kw_only=True)
+    needed: str = field(kw_only=True, default="n")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "derived", self.second * 2)
+
+
+class SharedInit(Frozen):
+    first: str
+    second: int
+    items: list[int] = field(default_factory=list)
+    derived: int = field(default=0, init=False)
+    named: float = field(default=1.0, kw_only=True)
+    needed: str = field(kw_only=True, default="n")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "derived", self.second * 2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratedKeywords:
+    first: str
+    count: int = 0
+
+
+class SharedKeywords(Frozen, kw_only=True):
+    first: str
+    count: int = 0
+
+
+INIT_CALLS: list[tuple[tuple[object, ...], dict[str, object]]] = [
+    (("a", 1), {}),
+    (("a",), {"second": 2}),
+    ((), {"first": "a", "second": 3, "items": [4], "named": 2.5, "needed": "x"}),
+    (("a", 1, [5]), {"needed": "y"}),
+    # The TypeErrors the generated __init__ raises:
+    ((), {}),  # two missing
+    (("a",), {}),  # one missing
+    (("a", 1, [], 2.0), {}),  # keyword-only given positionally
+    (("a", 1), {"first": "b"}),  # twice
+    (("a", 1), {"derived": 3}),  # init=False
+    (("a", 1), {"unknown": 1}),
+]
+
+
+def _outcome(cls: type, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+    try:
+        made = cls(*args, **kwargs)
+    except TypeError as exc:
+        # The message names the class and the argument; the rest is the generated text.
+        return ("TypeError", str(exc).replace(cls.__qualname__ + ".", ""))
+    return {f.name: getattr(made, f.name) for f in dataclasses.fields(made)}
+
+
+@pytest.mark.parametrize(("args", "kwargs"), INIT_CALLS)
+def test_init_takes_and_refuses_what_the_generated_one_does(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    """Positional and keyword arguments, defaults, default_factory (a new value each time),
+    init=False, keyword-only fields and __post_init__, and the same TypeErrors."""
+    assert _outcome(SharedInit, args, kwargs) == _outcome(GeneratedInit, args, kwargs)
+
+
+def test_a_keyword_only_class_takes_no_positional_argument() -> None:
+    for args, kwargs in [(("a",), {}), ((), {}), ((), {"first": "a", "count": 2})]:
+        made = _outcome(SharedKeywords, args, kwargs)
+        assert made == _outcome(GeneratedKeywords, args, kwargs)
+    assert _outcome(SharedKeywords, (), {"first": "a"}) == {"first": "a", "count": 0}
+    assert SharedInit("a", 1).items is not SharedInit("a", 1).items
+    assert SharedKeywords.__match_args__ == GeneratedKeywords.__match_args__ == ()
+    assert SharedInit.__match_args__ == GeneratedInit.__match_args__ == ("first", "second", "items")
 
 
 @pytest.mark.parametrize("left", VALUES)
@@ -116,27 +191,32 @@ PER_JOB = (
 )
 
 
-def test_every_frozen_dataclass_of_the_per_job_programs_shares_them() -> None:
-    """No frozen dataclass that the per-job programs define has its eq or repr generated:
-    one that does costs every job start its exec() calls again."""
+def test_the_per_job_programs_generate_no_method_for_a_frozen_record() -> None:
+    """Every frozen dataclass the per-job programs define is a Frozen one and has none of
+    @dataclass's methods generated: one that has costs every job start its exec() calls
+    again (a mutable dataclass, which Frozen is not for, still may)."""
     code = (
         "import dataclasses, json, sys\n"
+        "from slurm_triage.frozen import Frozen\n"
         f"for name in {PER_JOB!r}:\n"
         "    __import__(name)\n"
-        "found, generated = 0, []\n"
+        "shared, generated = 0, []\n"
         "for name, module in list(sys.modules.items()):\n"
         "    if not name.startswith('slurm_triage'):\n"
         "        continue\n"
         "    for value in list(vars(module).values()):\n"
         "        if not (isinstance(value, type) and value.__module__ == name):\n"
         "            continue\n"
-        "        if dataclasses.is_dataclass(value) and value.__dataclass_params__.frozen:\n"
-        "            found += 1\n"
-        "            if '__eq__' in vars(value) or '__repr__' in vars(value):\n"
-        "                generated.append(f'{name}.{value.__qualname__}')\n"
-        "print(json.dumps([found, generated]))\n"
+        "        if not dataclasses.is_dataclass(value):\n"
+        "            continue\n"
+        "        made = {'__init__', '__setattr__', '__eq__', '__repr__'} & set(vars(value))\n"
+        "        if issubclass(value, Frozen) and not made:\n"
+        "            shared += 1\n"
+        "        elif issubclass(value, Frozen) or value.__dataclass_params__.frozen:\n"
+        "            generated.append(f'{name}.{value.__qualname__}')\n"
+        "print(json.dumps([shared, generated]))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    found, generated = json.loads(done.stdout or "null") or (0, [done.stderr])
-    assert found > 50
+    shared, generated = json.loads(done.stdout or "null") or (0, [done.stderr])
+    assert shared > 60
     assert generated == []

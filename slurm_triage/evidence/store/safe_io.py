@@ -10,7 +10,6 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from slurm_triage.evidence.record import EvidenceRecord
 from slurm_triage.frozen import Frozen
@@ -23,7 +22,6 @@ class UnsafeEvidence(Exception):
     """A file or directory failed a safety check; the message says which and why."""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class ReadResult(Frozen):
     records: tuple[EvidenceRecord, ...]
     rejected: tuple[str, ...]  # one line per ignored file or directory

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass
 
 from slurm_triage.evidence.facts import Source
 from slurm_triage.evidence.record import (
@@ -39,7 +38,6 @@ _USER_NAME = re.compile(
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class RecordBudget(Frozen):
     """What one decision may spend on a job's user records: a user controls their number,
     size and facts (4096 records of 1 MiB with 1000 facts each took minutes and GiBs)."""
