@@ -53,6 +53,10 @@ class Frozen:
 
     def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # Else @dataclass writes one with inspect.signature: inspect loads on first use
+        # (slurm_triage/__init__.py), and a record must not be that use.
+        if not cls.__doc__:
+            cls.__doc__ = f"{cls.__name__}({', '.join(cls.__dict__.get('__annotations__', ()))})"
         # Fields only: with init, repr, eq and frozen off, @dataclass generates no method.
         dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
 

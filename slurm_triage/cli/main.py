@@ -7,7 +7,9 @@ what they need when they run, so `slurm-triage --help` and the light commands st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -141,11 +143,34 @@ class Context:
         return self._config
 
 
+def _columns() -> int:
+    """shutil.get_terminal_size().columns, without importing shutil: argparse's formatter
+    imports it (and with it bz2, lzma, zlib: ~4 ms) for this one number, at every parser
+    built, so at every start of `wrap` and `classify` (issue 20)."""
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("COLUMNS", "0")) > 0:
+            return int(os.environ["COLUMNS"])
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return columns if columns > 0 else 80
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose formatters get the terminal's width from `_columns`; its
+    sub-commands' parsers are of this class too (add_subparsers' default)."""
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # HelpFormatter's own default, less shutil: the width is the terminal's less 2.
+        return self.formatter_class(prog=self.prog, width=_columns() - 2)  # type: ignore[call-arg]
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser. Without `command`, every command's module is imported (tests walk the
     whole tree); with one, only that command's module, and every other command is a stub
     that only lists it in `--help` ("" or an unknown word: stubs only)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="slurm-triage",
         description=DESCRIPTION,
         epilog=EPILOG,

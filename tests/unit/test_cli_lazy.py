@@ -57,3 +57,24 @@ def test_wrap_imports_no_other_commands_module() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["slurm_triage.cli.main", "slurm_triage.cli.wrap_cmd"]
+
+
+@pytest.mark.parametrize("columns", ["100", "0", "", "wide", "-5", "40"])
+def test_help_is_as_wide_as_argparse_makes_it(
+    monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    """The width every parser's help is wrapped to, found without shutil (issue 20), is the
+    one argparse's HelpFormatter finds with shutil.get_terminal_size: $COLUMNS when it is a
+    positive number, else the terminal's, else 80; less 2. Sub-commands' parsers too."""
+    import argparse
+    import shutil
+
+    from slurm_triage.cli.main import build_parser
+
+    monkeypatch.setenv("COLUMNS", columns)
+    parser = build_parser("classify")
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    stock = argparse.HelpFormatter("prog")
+    for each in (parser, commands.choices["classify"]):
+        assert each._get_formatter()._width == stock._width  # type: ignore[attr-defined]
+    assert stock._width == shutil.get_terminal_size().columns - 2  # type: ignore[attr-defined]

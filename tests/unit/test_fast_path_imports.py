@@ -50,6 +50,13 @@ NOT_ON_NODE = (
     "secrets",
     "hashlib",
 )
+# Standard library a wrapped rank and `classify` leave out (issue 20): inspect, which
+# dataclasses imports for one use (slurm_triage/__init__.py), and with it ast, dis and
+# tokenize; shutil, which argparse's formatter imports for the terminal's width
+# (cli.main._columns), and tempfile for the wrapper's scratch directory, and with them
+# bz2, lzma and random. (Not datetime: a log line's time stamp no longer needs it, but
+# reading a config file does, tomllib's parser imports it, and so does the log scanner.)
+STDLIB_LEFT_OUT = ("inspect", "ast", "dis", "tokenize", "shutil", "bz2", "lzma", "tempfile")
 # `wrap -- true` on a node with no NVIDIA GPU (issue 20): a command that succeeds and prints
 # nothing needs neither the log scanner nor the attribution engine nor the first-failure
 # marker; NVML and its watcher are for nodes with GPUs; the host name comes from os.uname,
@@ -94,11 +101,14 @@ NOT_IN_DECISION = (
     "tenacity",
 )
 
+# A module that is only slurm_triage's stand-in for it (inspect, until its first use) was
+# not imported: a stand-in has no __spec__.
 REPORT = (
     "import atexit, json, os, sys\n"
     "def _report():\n"
+    "    loaded = [n for n, m in sys.modules.items() if getattr(m, '__spec__', 1) is not None]\n"
     "    with open(os.environ['MODULES_OUT'], 'w') as out:\n"
-    "        json.dump(sorted(sys.modules), out)\n"
+    "        json.dump(sorted(loaded), out)\n"
     "atexit.register(_report)\n"
 )
 
@@ -195,6 +205,7 @@ def test_wrapper_start_to_finish(tmp_path: Path) -> None:
     assert "slurm_triage.wrapper.run" in modules
     assert (tmp_path / "evidence/local").is_dir()  # the record was written
     assert _present(modules, NEVER + NOT_ON_NODE + NOT_IN_A_QUIET_SUCCESS) == []
+    assert _present(modules, STDLIB_LEFT_OUT) == []
 
 
 @pytest.mark.parametrize(
@@ -228,4 +239,4 @@ def test_classify_of_a_job_log_reads_no_kernel_tables(tmp_path: Path) -> None:
         "slurm_triage.config",
         "tomllib",
     )
-    assert _present(modules, NEVER + denied) == []
+    assert _present(modules, NEVER + denied + STDLIB_LEFT_OUT) == []

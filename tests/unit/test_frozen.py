@@ -220,3 +220,29 @@ def test_the_per_job_programs_generate_no_method_for_a_frozen_record() -> None:
     shared, generated = json.loads(done.stdout or "null") or (0, [done.stderr])
     assert shared > 60
     assert generated == []
+
+
+def test_inspect_loads_on_first_use_and_is_the_real_module() -> None:
+    """dataclasses' inspect is a stand-in until used (slurm_triage/__init__.py): a record
+    without a docstring gets one without it, a plain @dataclass without one still gets
+    inspect.signature's, and then `import inspect` is the real module everywhere."""
+    code = (
+        "import sys, json\n"
+        "from slurm_triage.frozen import Frozen\n"
+        "import dataclasses as d\n"
+        "class Plain(Frozen):\n    a: int\n    b: str = ''\n"
+        "before = getattr(sys.modules.get('inspect'), '__spec__', None) is not None\n"
+        "@d.dataclass\nclass Generated:\n    a: int\n"
+        "import inspect\n"
+        "print(json.dumps([before, Plain.__doc__, Generated.__doc__,\n"
+        "    inspect is sys.modules['inspect'] and inspect.__spec__ is not None,\n"
+        "    str(inspect.signature(Generated))]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert json.loads(done.stdout or "null") == [
+        False,
+        "Plain(a, b)",
+        "Generated(a: int)",
+        True,
+        "(a: int) -> None",
+    ], done.stderr

@@ -218,3 +218,25 @@ def test_quiet_drops_events_below_its_level() -> None:
         get_logger().error("dropped")
     get_logger().info("kept")
     assert [json.loads(line)["event"] for line in pipe.getvalue().splitlines()] == ["kept"]
+
+
+@pytest.mark.parametrize(
+    "ns",
+    [
+        0,
+        1_700_000_000_000_000_000,  # a whole second: no fraction, as isoformat leaves it out
+        1_700_000_000_123_456_789,  # nanoseconds below a microsecond are floored
+        1_700_000_000_000_001_000,
+        4_102_444_799_999_999_999,  # 2099-12-31T23:59:59.999999
+    ],
+)
+def test_time_stamp_is_datetime_isoformat_in_utc(ns: int) -> None:
+    """The JSON lines' time stamp, made without datetime, is what structlog's
+    TimeStamper(fmt="iso", utc=True) wrote: datetime's isoformat in UTC, Z for +00:00."""
+    from datetime import UTC, datetime
+
+    from slurm_triage.logs import _utc_timestamp
+
+    moment = datetime.fromtimestamp(ns // 1000 / 1_000_000, tz=UTC)
+    assert moment.microsecond == (ns // 1000) % 1_000_000
+    assert _utc_timestamp(ns) == moment.isoformat().replace("+00:00", "Z")
