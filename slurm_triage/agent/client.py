@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
-import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 
 from slurm_triage.agent import protocol
-
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (socket(7) SO_PEERCRED)
+from slurm_triage.unix_socket.wire import LineReader, peer_uid
 
 
 class Outcome(StrEnum):
@@ -95,12 +92,12 @@ def _ask(
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(connect_s)
             conn.connect(path)
-            peer = _peer_uid(conn)
+            peer = peer_uid(conn)
             if peer not in (0, os.geteuid()):
                 return Outcome.UNTRUSTED, None, f"socket served by uid {peer}"
             conn.settimeout(answer_s)
             conn.sendall(request)
-            line = _read_line(conn, answer_s)
+            line = LineReader(conn, protocol.MAX_ANSWER_BYTES).line(answer_s)
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         return Outcome.NOT_RUNNING, None, exc.strerror or type(exc).__name__
     except TimeoutError:
@@ -115,27 +112,3 @@ def _ask(
         return Outcome.REFUSED, None, str(exc)
     except protocol.ProtocolError as exc:
         return Outcome.GARBAGE, None, str(exc)
-
-
-def _peer_uid(conn: socket.socket) -> int:
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    return int(_UCRED.unpack(raw)[1])
-
-
-def _read_line(conn: socket.socket, answer_s: float) -> bytes:
-    """One answer line, without its newline, within `answer_s` in all (each recv is also
-    bounded by the socket's timeout); ProtocolError past MAX_ANSWER_BYTES or at EOF."""
-    deadline = time.monotonic() + answer_s
-    data = b""
-    while b"\n" not in data:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        conn.settimeout(left)
-        chunk = conn.recv(protocol.MAX_ANSWER_BYTES + 1 - len(data))
-        if not chunk:
-            raise protocol.ProtocolError("connection closed before a whole answer")
-        data += chunk
-        if len(data) > protocol.MAX_ANSWER_BYTES:
-            raise protocol.ProtocolError("answer longer than the protocol allows")
-    return data.split(b"\n", 1)[0]

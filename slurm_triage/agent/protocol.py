@@ -13,7 +13,8 @@ refuses the whole request, and the Prolog then runs its screen itself on the sam
 environment, so a refusal never changes a verdict. `release_nvml` is the GPU reset's
 (prolog_epilog.gpu_repair): NVIDIA refuses a reset while any process holds the GPU, the
 agent included, so it lets go of NVML for `seconds` (0: take it back now).
-Import-light (json only): the Prolog's client imports it on every job start.
+Import-light (json, and socket under unix_socket.wire): the Prolog's client imports it on
+every job start.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from enum import StrEnum
+
+from slurm_triage.unix_socket.wire import ProtocolError
 
 VERSION = 1
 MAX_REQUEST_BYTES = 8192
@@ -55,10 +58,6 @@ class Request:
 
     def __init__(self, kind: RequestKind, env: dict[str, str], seconds: int = 0) -> None:
         self.kind, self.env, self.seconds = kind, env, seconds
-
-
-class ProtocolError(ValueError):
-    """A request or answer that is not one we accept; the message is one line, no input."""
 
 
 class Refused(ProtocolError):

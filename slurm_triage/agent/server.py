@@ -38,14 +38,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurm_triage.agent import protocol
-from slurm_triage.agent.sockets import Listener, bind_socket, notify_ready, peer_uid, read_request
 from slurm_triage.agent.xids import XidWatch
 from slurm_triage.config import Config, deprecations
 from slurm_triage.logs import get_logger
 from slurm_triage.nvml import nvml_module
+from slurm_triage.unix_socket.listen import Listener, accept_loop, bind_socket, notify_ready
+from slurm_triage.unix_socket.wire import peer_uid, read_request
 
 REQUEST_TIMEOUT_S = 2.0  # the Prolog writes its one line at once
-ACCEPT_POLL_S = 0.5  # how often the accept loop looks for a stop
 THREADS_PER_SCREEN = 8  # a screen's own readers (health_checks.runner), with room to spare
 RELEASE_WAIT_S = 10.0  # for the XID watch to leave nvmlEventSetWait (poll_ms) and let go
 # The Prolog's environment that names the job in our log lines (as prolog_epilog.entry).
@@ -110,7 +110,8 @@ class Agent:
             return protocol.encode_answer(error="busy")
         try:
             try:
-                request = protocol.parse_request(read_request(conn, REQUEST_TIMEOUT_S))
+                line = read_request(conn, REQUEST_TIMEOUT_S, protocol.MAX_REQUEST_BYTES)
+                request = protocol.parse_request(line)
             except protocol.ProtocolError as exc:
                 self._log.warning("agent_request_refused", uid=uid, reason=str(exc))
                 return protocol.encode_answer(error=str(exc))
@@ -203,18 +204,18 @@ def _context(env: Mapping[str, str]) -> dict[str, str]:
 
 def serve(listener: Listener, agent: Agent, stop: threading.Event) -> None:
     """Accept connections until `stop` is set, each served in a thread of its own."""
-    listener.sock.settimeout(ACCEPT_POLL_S)
-    while not stop.is_set():
-        try:
-            conn, _ = listener.sock.accept()
-        except TimeoutError:
-            continue
-        except OSError as exc:  # EMFILE and the like: wait, do not spin
-            get_logger(component="agent").error("agent_accept_failed", error=str(exc))
-            stop.wait(ACCEPT_POLL_S)
-            continue
-        conn.settimeout(REQUEST_TIMEOUT_S)
-        threading.Thread(target=agent.handle, args=(conn,), name="agent-conn", daemon=True).start()
+
+    def accept_failed(exc: OSError) -> None:
+        get_logger(component="agent").error("agent_accept_failed", error=str(exc))
+
+    accept_loop(
+        listener,
+        agent.handle,
+        stop,
+        name="agent-conn",
+        conn_timeout_s=REQUEST_TIMEOUT_S,
+        on_error=accept_failed,
+    )
 
 
 def open_nvml(config: Config, node: str) -> tuple[Any, bool]:
@@ -230,7 +231,7 @@ def open_nvml(config: Config, node: str) -> tuple[Any, bool]:
 
 def run_agent(config: Config, screen: Screen, node: str) -> int:
     """The agent's life: hold NVML, watch XIDs, listen, serve until SIGTERM or SIGINT.
-    AgentError (exit 2) when the socket cannot be had."""
+    ListenError (exit 2) when the socket cannot be had."""
     log = get_logger(component="agent", node=node)
     for line in deprecations(config):
         log.warning("config_deprecated_key", detail=line)
@@ -242,7 +243,7 @@ def run_agent(config: Config, screen: Screen, node: str) -> int:
     agent = Agent(config, node, screen, nvml=nvml, nvml_held=held, xids=xids)
     stop = threading.Event()
     try:
-        listener = bind_socket(config.agent.socket)
+        listener = bind_socket(config.agent.socket, setting="agent.socket", daemon="agent")
     except Exception:
         agent.close()
         raise

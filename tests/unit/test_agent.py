@@ -24,13 +24,13 @@ import pytest
 from slurm_triage.agent import client, protocol, server
 from slurm_triage.agent.client import Outcome
 from slurm_triage.agent.server import Agent, open_nvml, serve
-from slurm_triage.agent.sockets import AgentError, bind_socket
 from slurm_triage.agent.xids import XidWatch
 from slurm_triage.config import Config, load_config
 from slurm_triage.logs import setup_logging
 from slurm_triage.prolog_epilog.entry import prolog_main
 from slurm_triage.prolog_epilog.prolog import prolog
 from slurm_triage.simulate.estate import MOUNTS, NodeEstate, inject
+from slurm_triage.unix_socket.listen import ListenError, bind_socket
 
 BIN = Path(sys.executable).parent
 NOBODY = 65534
@@ -453,18 +453,18 @@ def test_the_agent_process_serves_the_prolog_program_and_stops_clean(node: Node)
 
 def test_the_socket_is_not_taken_from_what_is_not_ours(tmp_path: Path) -> None:
     """A path that is not a socket, a relative path, or a directory others may write: the
-    agent does not start (AgentError: one line, exit 2)."""
+    agent does not start (ListenError: one line, exit 2)."""
     plain = tmp_path / "run" / "agent.sock"
     plain.parent.mkdir()
     plain.write_text("not a socket")
-    with pytest.raises(AgentError, match="is not a socket"):
+    with pytest.raises(ListenError, match="is not a socket"):
         bind_socket(str(plain))
-    with pytest.raises(AgentError, match="absolute"):
+    with pytest.raises(ListenError, match="absolute"):
         bind_socket("run/agent.sock")
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    with pytest.raises(AgentError, match="writable by no one else"):
+    with pytest.raises(ListenError, match="writable by no one else"):
         bind_socket(str(shared / "agent.sock"))
     assert not (shared / "agent.sock").exists()
 
