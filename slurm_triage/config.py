@@ -343,6 +343,33 @@ class AgentConfig(Frozen):
     watch_xids: bool = True
 
 
+class DeciderConfig(Frozen):
+    """The resident decider (`slurm-triage decider`, docs/decider.md): a daemon on the
+    slurmctld host, run as SlurmUser, that keeps the config, logging and the decision code
+    loaded and makes the once-per-job decision when EpilogSlurmctld asks.
+
+    EpilogSlurmctld reads no config file before asking (that is the time it saves): it
+    takes `socket`, `connect_timeout_s` and `accept_timeout_s` from its environment's
+    SLURM_TRIAGE__DECIDER__* overrides or these defaults. Without an acceptance it decides
+    itself, as it did before the decider; once the decider accepted, it never does."""
+
+    # The Unix socket the decider listens on: SlurmUser's, mode 0600, in the directory
+    # systemd's RuntimeDirectory makes for it (contrib/slurm-triage-decider.service).
+    socket: str = "/run/slurm-triage-decider/decider.sock"
+    # Peers served besides root and the decider's own uid (SO_PEERCRED uids); anyone else
+    # is refused before a byte of theirs is read.
+    allowed_uids: tuple[int, ...] = ()
+    # EpilogSlurmctld's waits: to connect, then for the decider's `accepted` (or busy,
+    # refused). After `accepted` it waits for the decision up to decision.deadline_s plus
+    # decision.wait_for_nodes_s and a margin, as the decider tells it.
+    connect_timeout_s: float = field(default=0.5, metadata=_range(0.01, 10))
+    accept_timeout_s: float = field(default=5.0, metadata=_range(0.1, 600))
+    # Decisions in flight at once (one thread each; most of their time is waiting for the
+    # nodes' records, decision.wait_for_nodes_s): sized for a few hundred job ends a
+    # minute. More are answered busy and decide in their own EpilogSlurmctld process.
+    max_concurrent: int = field(default=128, metadata=_range(1, 1024))
+
+
 class Config(Frozen):
     """The effective configuration of one slurm-triage process."""
 
@@ -357,6 +384,7 @@ class Config(Frozen):
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     repair: RepairConfig = field(default_factory=RepairConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    decider: DeciderConfig = field(default_factory=DeciderConfig)
     source: str = field(default="<defaults>", compare=False)
 
 
