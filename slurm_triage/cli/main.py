@@ -69,6 +69,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "slurm_triage.cli.agent_cmd",
         "run the node agent the Prolog asks first (root daemon, Unix socket, NVML open)",
     ),
+    "decider": (
+        "slurm_triage.cli.decider_cmd",
+        "run the decider EpilogSlurmctld asks first (SlurmUser daemon, Unix socket)",
+    ),
     "metrics": (
         "slurm_triage.cli.metrics_cmd",
         "print this host's metrics (OpenMetrics text), or serve them over HTTP",

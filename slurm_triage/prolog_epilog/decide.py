@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field, replace
 from typing import Any
 
@@ -285,10 +285,13 @@ def decide_from_env(
     door: SlurmDoor | None = None,
     *,
     clock: Clock = SYSTEM_CLOCK,
+    detached: Callable[[], None] | None = None,
 ) -> Outcome | None:
     """Entry for EpilogSlurmctld / the first node's epilog: never raises our own errors.
     The failed run of an expedited-requeue job is decided in a detached process (detach.py),
-    and this returns None at once."""
+    and this returns None at once. The decider (docs/decider.md), which must not fork its
+    threads, passes `detached` instead: it is called when the hook must return at once
+    (the decider answers EpilogSlurmctld), and the decision then goes on in this thread."""
     env = dict(os.environ) if env is None else env
     log = get_logger(job_id=slurm_env(env, "job_id") or None)
     try:
@@ -296,6 +299,9 @@ def decide_from_env(
         door = door or open_door(config.slurm)
         job = door.job(end.job_id)  # read once: the decision starts from it
         if _expedited_failure(job, end):
+            if detached is not None:
+                detached()
+                return _decide_with_journal(config, end, door, env, job, clock)
             _decide_detached(config, end, door, env, job, clock)
             return None
         return _decide_with_journal(config, end, door, env, job, clock)

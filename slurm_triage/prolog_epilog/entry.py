@@ -9,9 +9,10 @@ epilog collects root-side evidence (prolog_epilog.epilog) and EpilogSlurmctld ma
 once-per-job decision (prolog_epilog.decide).
 
 The prolog asks the node agent first (agent.client: a Unix socket, no config read), and
-only without its verdict loads the config and runs the screen here: so this module imports
-nothing of ours at the top, and the config, logging and the screen are imported when a
-role runs in this process.
+only without its verdict loads the config and runs the screen here; EpilogSlurmctld asks
+the decider the same way (decider.client) and decides here only when the decider did not
+accept the job end. So this module imports nothing of ours at the top, and the config,
+logging and the role's code are imported when a role runs in this process.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from slurm_triage.agent.client import Reply
     from slurm_triage.config import Config
+    from slurm_triage.decider.client import Reply as DeciderReply
 
 # The variables slurmd/slurmctld pass to these programs (job_end.SLURM_ENV) that we log as
 # context, by their log key.
@@ -134,6 +136,45 @@ def _epilog_slurmctld(config: Config) -> int:
     return 0
 
 
+def _epilog_slurmctld_here(reply: DeciderReply) -> Callable[[Config], int]:
+    """The decision in this process, after saying why the decider did not take it."""
+
+    def body(config: Config) -> int:
+        from slurm_triage.decider.client import Outcome
+        from slurm_triage.logs import get_logger
+
+        log = get_logger(role="epilog-slurmctld")
+        # No decider installed is a supported set-up (info); a decider that fails is not.
+        level = log.info if reply.outcome is Outcome.NOT_RUNNING else log.warning
+        level(
+            "epilog_slurmctld_decider_fallback",
+            outcome=str(reply.outcome),
+            detail=reply.detail,
+            socket=reply.socket,
+        )
+        return _epilog_slurmctld(config)
+
+    return body
+
+
+def _decider_lost(reply: DeciderReply) -> Callable[[Config], int]:
+    """The decider accepted the job end and then gave no decision in time: it is still the
+    decider's (deciding here too could act twice), so only say so."""
+
+    def body(config: Config) -> int:
+        from slurm_triage.logs import get_logger
+
+        get_logger(role="epilog-slurmctld").warning(
+            "epilog_slurmctld_decider_lost",
+            detail=reply.detail,
+            socket=reply.socket,
+            hint="the decider's own log and journal row carry the decision",
+        )
+        return 0
+
+    return body
+
+
 def prolog_main() -> int:
     """Prolog=: the node agent's verdict when it gives one, else the screen run here."""
     from slurm_triage.agent.client import ask_agent
@@ -149,7 +190,17 @@ def epilog_main() -> int:
 
 
 def epilog_slurmctld_main() -> int:
-    return _run_role("epilog-slurmctld", _epilog_slurmctld)
+    """EpilogSlurmctld=: the decider decides when it accepts the job end (its own log line
+    and journal row say what it decided; this process loads nothing more), else the
+    decision is made here. Always exit 0."""
+    from slurm_triage.decider.client import Outcome, ask_decider
+
+    reply = ask_decider(os.environ)
+    if reply.outcome in (Outcome.DECIDED, Outcome.DETACHED):
+        return 0
+    if reply.accepted:
+        return _run_role("epilog-slurmctld", _decider_lost(reply))
+    return _run_role("epilog-slurmctld", _epilog_slurmctld_here(reply))
 
 
 def healthcheck_main() -> int:
