@@ -22,8 +22,8 @@ import json
 import os
 import sys
 import syslog
-import threading
 import time
+from _thread import allocate_lock  # threading.Lock itself, without threading (issue 20)
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -67,7 +67,7 @@ _floor = 0  # quiet(): events below this level are dropped whatever the configur
 
 
 def _stream_writer(stream: TextIO) -> Writer:
-    lock = threading.Lock()
+    lock = allocate_lock()
 
     def write(_level: str, line: str) -> None:
         with lock:

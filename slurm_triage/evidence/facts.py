@@ -9,7 +9,6 @@ NVML from the epilog, health checks). Only ROOT facts can make a node drainable.
 
 from __future__ import annotations
 
-import signal as _signal
 from enum import StrEnum
 from typing import ClassVar
 
@@ -35,16 +34,20 @@ def parse_signal(text: str) -> int:
         raise ValueError(f"signal number {number} out of range 1-64")
     name = value.upper()
     name = name if name.startswith("SIG") else f"SIG{name}"
+    import signal  # a name to read: classify and the decision mostly see numbers (issue 20)
+
     try:
-        return int(_signal.Signals[name])
+        return int(signal.Signals[name])
     except KeyError:
         raise ValueError(f"unknown signal {text!r} (use a name like SIGSEGV or a number)") from None
 
 
 def signal_name(number: int) -> str:
     """`SIGSEGV` for 11; `signal 42` for numbers with no name."""
+    import signal  # its Signals enum: ~1 ms to build, for a record that names a signal
+
     try:
-        return _signal.Signals(number).name
+        return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
 
