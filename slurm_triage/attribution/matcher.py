@@ -64,40 +64,56 @@ def _class_end(regex: str, i: int) -> int:
     return j
 
 
+# One piece of a regex: plain characters, an escape (two characters), a class (ending at its
+# first unescaped `]`), a repetition count (or a lone brace), an operator.
+_PIECE = re.compile(
+    r"(?P<text>[^\\\[{().^$+*?|]+)"
+    r"|\\(?P<escaped>.?)"
+    r"|(?P<klass>\[(?:\\.?|[^\]\\])*\]?)"
+    r"|(?P<count>\{[^}]*\}|\{)"
+    r"|(?P<operator>[().^$+*?|])",
+    re.DOTALL,
+)
+
+
 def _literal_runs(alternative: str) -> list[str]:
-    """Plain-text runs outside groups and classes; an optional character ends its run."""
-    runs, run, i, depth, size = [], "", 0, 0, len(alternative)
-    while i < size:
-        literal, width = _token(alternative, i)
-        char = alternative[i]
-        depth += {"(": 1, ")": -1}.get(char, 0) if not literal or depth else 0
-        after = alternative[i + width] if i + width < size else ""
-        if depth or char == ")" or (after and after in "?*{"):
-            literal = ""  # inside a group, or quantified: the match need not contain it
+    """Plain-text runs outside groups and classes; an optional character ends its run.
+
+    Read a piece at a time (a run of plain characters at once), not a character at a time:
+    the needles are derived at every importer's start (issue 20)."""
+    runs, run, depth, size = [], "", 0, len(alternative)
+    for piece in _PIECE.finditer(alternative):
+        end = piece.end()
+        after = alternative[end] if end < size else ""
+        optional = bool(after) and after in "?*{"
+        kind = piece.lastgroup
+        if kind == "text":
+            if depth:  # inside a group: the match need not contain it
+                runs.append(run)
+                run = ""
+                continue
+            text = piece.group()
+            # An optional last character is not in every match, and ends the run.
+            run += text[:-1] if optional else text
+            if optional or after == "+":
+                runs.append(run)
+                run = ""
+            continue
+        literal = ""
+        if kind == "escaped":
+            escaped = piece.group("escaped")
+            literal = escaped if escaped in _LITERAL_ESCAPES else ""
+        elif kind == "operator":
+            depth += {"(": 1, ")": -1}.get(piece.group(), 0)
+        if depth or optional:
+            literal = ""
         if literal:
             run += literal
         if not literal or after == "+":
             runs.append(run)
             run = ""
-        i += width
     runs.append(run)
     return runs
-
-
-def _token(regex: str, i: int) -> tuple[str, int]:
-    """(the literal character at `i` or "", how many characters the token spans)."""
-    char = regex[i]
-    if char == "\\":
-        escaped = regex[i + 1] if i + 1 < len(regex) else ""
-        return (escaped if escaped in _LITERAL_ESCAPES else ""), 2
-    if char == "[":
-        return "", _class_end(regex, i) + 1 - i
-    if char == "{":
-        close = regex.find("}", i)
-        return "", (close + 1 - i) if close > 0 else 1
-    if char in "().^$+*?|":
-        return "", 1
-    return char, 1
 
 
 _NEEDLES: dict[str, tuple[str, ...]] = {s.name: needles_of(s.regex) for s in SIGNATURES}

@@ -309,6 +309,66 @@ def test_needle_extraction(regex, needles):
     assert needles_of(regex) == needles
 
 
+def _runs_a_character_at_a_time(alternative: str) -> list[str]:
+    """The needles' first reader, kept as the reference: one character (or escape, class,
+    count) at a time, the rules spelt out per character."""
+    escapes = set(".()[]{}*+?|^$\\/-'\"` :,=<>#")
+
+    def class_end(i: int) -> int:
+        j = i + 1
+        while j < len(alternative) and alternative[j] != "]":
+            j += 2 if alternative[j] == "\\" else 1
+        return j
+
+    def token(i: int) -> tuple[str, int]:
+        char = alternative[i]
+        if char == "\\":
+            escaped = alternative[i + 1] if i + 1 < len(alternative) else ""
+            return (escaped if escaped in escapes else ""), 2
+        if char == "[":
+            return "", class_end(i) + 1 - i
+        if char == "{":
+            close = alternative.find("}", i)
+            return "", (close + 1 - i) if close > 0 else 1
+        return ("", 1) if char in "().^$+*?|" else (char, 1)
+
+    runs, run, i, depth, size = [], "", 0, 0, len(alternative)
+    while i < size:
+        literal, width = token(i)
+        char = alternative[i]
+        depth += {"(": 1, ")": -1}.get(char, 0) if not literal or depth else 0
+        after = alternative[i + width] if i + width < size else ""
+        if depth or char == ")" or (after and after in "?*{"):
+            literal = ""
+        if literal:
+            run += literal
+        if not literal or after == "+":
+            runs.append(run)
+            run = ""
+        i += width
+    runs.append(run)
+    return runs
+
+
+def test_needles_read_a_piece_at_a_time_are_the_same_runs():
+    """The literal runs, read a run of plain characters at once (issue 20: the needles are
+    derived at every start), are the per-character reader's, over every signature and
+    30,000 random strings of regex syntax."""
+    import random
+
+    from slurm_triage.attribution import SIGNATURES
+    from slurm_triage.attribution.matcher import _literal_runs, _split_top
+
+    alternatives = [a for sig in SIGNATURES for a in _split_top(sig.regex)]
+    pick = random.Random(20).choice
+    alternatives += [
+        "".join(pick("ab c\\[](){}.^$+*?|-:='#") for _ in range(n % 15)) for n in range(30000)
+    ]
+    for alternative in alternatives:
+        mine = [run for run in _literal_runs(alternative) if run]
+        assert mine == [r for r in _runs_a_character_at_a_time(alternative) if r], alternative
+
+
 def test_a_pattern_without_a_usable_literal_is_rejected():
     """An alternative with no literal of 4+ characters cannot be prefiltered: refuse it."""
     from slurm_triage.attribution.matcher import needles_of
