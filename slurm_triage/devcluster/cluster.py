@@ -463,6 +463,9 @@ def set_owners(layout: cf.ClusterLayout) -> None:
             shutil.chown(path, cf.SLURM_USER, cf.SLURM_USER)
     layout.state_dir.chmod(0o755)
     layout.metrics_dir.chmod(0o755)
+    # The decider's RuntimeDirectory: SlurmUser's alone, as systemd makes it.
+    layout.decider_socket.parent.mkdir(exist_ok=True)
+    _own(layout.decider_socket.parent, cf.SLURM_USER, 0o700)
     layout.jobs_dir.mkdir(exist_ok=True)
     shutil.chown(layout.jobs_dir, cf.JOB_USER, cf.JOB_USER)
     for name in ("slurmctld.log", "slurmdbd.log", "slurm-triage.log"):

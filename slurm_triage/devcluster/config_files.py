@@ -79,6 +79,12 @@ class ClusterLayout:
         return self.root / "run"
 
     @property
+    def decider_socket(self) -> Path:
+        """Where a decider (`slurm-triage decider`, SlurmUser) listens when a test starts
+        one: EpilogSlurmctld asks there first, and decides itself when none answers."""
+        return self.run / "decider" / "decider.sock"
+
+    @property
     def spool(self) -> Path:
         return self.root / "spool"
 
@@ -339,5 +345,6 @@ def hook_script(layout: ClusterLayout, program: str) -> str:
 export PATH={layout.slurm_path}{layout.bin_dir}:{system}
 export SLURM_CONF={layout.slurm_conf}
 export SLURM_TRIAGE_CONFIG={layout.triage_conf}
+export SLURM_TRIAGE__DECIDER__SOCKET={layout.decider_socket}
 exec {layout.bin_dir}/{program} "$@"
 """

@@ -143,7 +143,8 @@ def _epilog_slurmctld_here(reply: DeciderReply) -> Callable[[Config], int]:
         from slurm_triage.decider.client import Outcome
         from slurm_triage.logs import get_logger
 
-        log = get_logger(role="epilog-slurmctld")
+        # The job it is about, as _run_role's own lines name it.
+        log = get_logger(role="epilog-slurmctld", job_id=os.environ.get("SLURM_JOB_ID"))
         # No decider installed is a supported set-up (info); a decider that fails is not.
         level = log.info if reply.outcome is Outcome.NOT_RUNNING else log.warning
         level(

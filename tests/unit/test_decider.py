@@ -335,7 +335,7 @@ def test_without_an_acceptance_epilog_slurmctld_decides_itself(
     assert status == 0 and len(decided_here) == 1
     assert time.monotonic() - started < 10
     (fallback,) = controller.events("epilog_slurmctld_decider_fallback")
-    assert fallback["outcome"] == outcome.value
+    assert fallback["outcome"] == outcome.value and fallback["job_id"] == "41"
     assert fallback["level"] == ("info" if outcome is Outcome.NOT_RUNNING else "warning")
 
 
