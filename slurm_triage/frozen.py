@@ -37,9 +37,21 @@ import dataclasses
 import operator
 import reprlib
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple, dataclass_transform
 
-_Getter = Callable[[Any], tuple[Any, ...]]
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+# A job log's classify imports nothing else of typing (~5 ms), and a record needs none of it:
+# at run time dataclass_transform only marks the class for type checkers.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, dataclass_transform
+
+    _Getter = Callable[[Any], tuple[Any, ...]]
+else:
+
+    def dataclass_transform(**_kwargs: object) -> Callable[[type], type]:
+        return lambda cls: cls
+
+
 _MISSING: Any = dataclasses.MISSING
 _set = object.__setattr__
 
@@ -49,7 +61,9 @@ class Frozen:
     """A frozen dataclass's methods, as @dataclass(frozen=True) would generate them."""
 
     __slots__ = ()
-    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+    if TYPE_CHECKING:  # for dataclasses.fields() and replace() to type-check; typing.get_type_hints
+        # of a record must not meet it at run time, where ClassVar is not imported here.
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -117,14 +131,21 @@ class Frozen:
         return f"{self.__class__.__qualname__}({shown})"
 
 
-class _Init(NamedTuple):
+class _Init:
     """What a class's __init__ reads, worked out on its first construction."""
 
-    positional: tuple[str, ...]  # the init fields that are not keyword-only, in order
-    required: int  # how many of them have no default
-    rest: tuple[tuple[str, Any, Any], ...]  # every init field: name, default, factory
-    not_init: tuple[tuple[str, Any, Any], ...]  # init=False fields with a default
-    post_init: bool
+    __slots__ = ("positional", "required", "rest", "not_init", "post_init")
+
+    def __init__(
+        self,
+        positional: tuple[str, ...],  # the init fields that are not keyword-only, in order
+        required: int,  # how many of them have no default
+        rest: tuple[tuple[str, Any, Any], ...],  # every init field: name, default, factory
+        not_init: tuple[tuple[str, Any, Any], ...],  # init=False fields with a default
+        post_init: bool,
+    ) -> None:
+        self.positional, self.required, self.rest = positional, required, rest
+        self.not_init, self.post_init = not_init, post_init
 
 
 _INITS: dict[type, _Init] = {}
@@ -181,12 +202,15 @@ def _missing(cls: type, init: _Init, missing: list[str]) -> str:
     )
 
 
-class _Layout(NamedTuple):
+class _Layout:
     """What a class's eq, hash and repr read, worked out on its first use."""
 
-    compared: _Getter  # the values of the fields with compare=True, as a tuple
-    hashed: _Getter
-    shown: tuple[str, ...]  # the fields with repr=True
+    __slots__ = ("compared", "hashed", "shown")
+
+    def __init__(self, compared: _Getter, hashed: _Getter, shown: tuple[str, ...]) -> None:
+        self.compared = compared  # the values of the fields with compare=True, as a tuple
+        self.hashed = hashed
+        self.shown = shown  # the fields with repr=True
 
 
 _LAYOUTS: dict[type, _Layout] = {}

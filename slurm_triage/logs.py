@@ -25,9 +25,12 @@ import syslog
 import time
 from _thread import allocate_lock  # threading.Lock itself, without threading (issue 20)
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TextIO
 
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from slurm_triage.config import LoggingConfig
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}

@@ -13,9 +13,12 @@ tables (tens of milliseconds on every job start).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from slurm_triage.attribution.engine import Attribution, Window, attribute, job_window
     from slurm_triage.attribution.kernel import (
         normalise_bdf,

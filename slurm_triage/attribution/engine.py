@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 from slurm_triage.attribution.findings import (
     Finding,
@@ -37,6 +36,11 @@ from slurm_triage.evidence import (
 from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState
 from slurm_triage.taxonomy import Action, Cause, Condition, Domain, info
+
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 WINDOW_BEFORE_S = 600.0
 WINDOW_AFTER_S = 300.0

@@ -11,7 +11,6 @@ and failures that say nothing (EXIT).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from slurm_triage.attribution.matcher import classify_exception
 from slurm_triage.attribution.signatures import BY_NAME
@@ -35,6 +34,11 @@ from slurm_triage.evidence import (
 )
 from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause, Domain, info
+
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Orders hardware causes found on one node: the XID catalogue refines it (XID 119 beats 79).
 PRECEDENCE = {

@@ -12,9 +12,13 @@ import json
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from slurm_triage.errors import TriageError
+
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _NODE_PATH = re.compile(r"^(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]*)=(?P<path>.+)$")
 _MAX_TAIL_BYTES = 1 << 30

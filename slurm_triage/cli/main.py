@@ -13,12 +13,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from slurm_triage import __version__
 from slurm_triage.errors import TriageError
 from slurm_triage.logs import setup_logging, setup_stderr_logging
 
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from slurm_triage.config import Config
 

@@ -10,7 +10,6 @@ NVML from the epilog, health checks). Only ROOT facts can make a node drainable.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar
 
 from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState
@@ -55,7 +54,9 @@ def signal_name(number: int) -> str:
 class Fact(Frozen, kw_only=True):
     """Base of all facts: the node it concerns, when it happened, and who collected it."""
 
-    KIND: ClassVar[str] = ""
+    # The record's name for the kind, a class attribute: left unannotated, as a ClassVar
+    # annotation would need typing imported for dataclasses to tell it from a field.
+    KIND = ""
     node: str | None = None
     time: float | None = None
     source: Source = Source.USER
@@ -64,7 +65,7 @@ class Fact(Frozen, kw_only=True):
 class ProcessExit(Fact, kw_only=True):
     """How a process (the job step's task, or the wrapper's child) ended."""
 
-    KIND: ClassVar[str] = "process_exit"
+    KIND = "process_exit"
     exit_code: int | None = None
     signal: int | None = None
     core_dumped: bool = False
@@ -89,7 +90,7 @@ class ProcessExit(Fact, kw_only=True):
 class SlurmState(Fact, kw_only=True):
     """The job state Slurm recorded, and for CANCELLED the uid that cancelled it."""
 
-    KIND: ClassVar[str] = "slurm_state"
+    KIND = "slurm_state"
     state: JobState
     by_uid: int | None = None
     reason: str = ""
@@ -116,7 +117,7 @@ class KernelEventKind(StrEnum):
 class KernelEvent(Fact, kw_only=True):
     """One event from a node's kernel log; `xid` and `pci_bus_id` (dddd:bb:dd) when known."""
 
-    KIND: ClassVar[str] = "kernel_event"
+    KIND = "kernel_event"
     event: KernelEventKind
     xid: int | None = None
     pci_bus_id: str | None = None
@@ -148,7 +149,7 @@ class NvmlCondition(StrEnum):
 class NvmlFact(Fact, kw_only=True):
     """An NVML observation about one GPU; `value` is the XID, count or action code if any."""
 
-    KIND: ClassVar[str] = "nvml"
+    KIND = "nvml"
     condition: NvmlCondition
     gpu: str | None = None
     value: int | None = None
@@ -169,7 +170,7 @@ class CheckStatus(StrEnum):
 class HealthCheck(Fact, kw_only=True):
     """A health check's result on a node; `cause` names the fault it found, if specific."""
 
-    KIND: ClassVar[str] = "health_check"
+    KIND = "health_check"
     check: str
     status: CheckStatus
     reason: str = ""
@@ -179,7 +180,7 @@ class HealthCheck(Fact, kw_only=True):
 class LogHit(Fact, kw_only=True):
     """A known signature matched in a job's stdout/stderr tail; `count` lines matched it."""
 
-    KIND: ClassVar[str] = "log_signature"
+    KIND = "log_signature"
     signature: str
     cause: Cause
     excerpt: str = ""
@@ -193,7 +194,7 @@ class RootException(Fact, kw_only=True):
     failure)": the failed rank, its exit code, and the signal when it died of one.
     """
 
-    KIND: ClassVar[str] = "root_exception"
+    KIND = "root_exception"
     exc_type: str
     message: str = ""
     rank: int | None = None
@@ -204,7 +205,7 @@ class RootException(Fact, kw_only=True):
 class Stall(Fact, kw_only=True):
     """The wrapper saw no progress for `idle_s` seconds and ended the job."""
 
-    KIND: ClassVar[str] = "stall"
+    KIND = "stall"
     idle_s: float
 
 

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import math
 from enum import StrEnum
-from typing import Any
 
 from slurm_triage.errors import TriageError
 from slurm_triage.evidence.facts import (
@@ -30,6 +29,11 @@ from slurm_triage.evidence.facts import (
 )
 from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause
+
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = "slurm-triage/evidence"
 VERSION = 1

@@ -246,3 +246,22 @@ def test_inspect_loads_on_first_use_and_is_the_real_module() -> None:
         True,
         "(a: int) -> None",
     ], done.stderr
+
+
+def test_every_record_s_annotations_resolve_at_run_time() -> None:
+    """typing.get_type_hints works on every record of the per-job programs (the config
+    example and the twin use it): their modules import for type checkers only what no field
+    names, and Frozen's own __dataclass_fields__ annotation is for type checkers only."""
+    import importlib
+    import typing
+
+    for name in PER_JOB:
+        importlib.import_module(name)
+
+    def subclasses(cls: type) -> list[type]:
+        return [s for sub in cls.__subclasses__() for s in (sub, *subclasses(sub))]
+
+    records = {c for c in subclasses(Frozen) if c.__module__.startswith("slurm_triage.")}
+    assert len(records) > 60
+    for record in records:
+        typing.get_type_hints(record)
