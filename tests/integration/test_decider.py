@@ -103,8 +103,16 @@ def test_epilog_slurmctld_hands_the_job_end_to_the_decider(devcluster, door, dec
         "requeue",
         (node,),
     )
-    done = wait_for(lambda: _events(devcluster, "role_done", job_id) or None, 30, "role_done")
-    by_decider = [e for e in done if e.get("via") == "decider"]
+    # The journal row comes first, the decider's role_done line once decide() returned; the
+    # node's Prolog and Epilog have role_done lines of the same job too.
+    by_decider = wait_for(
+        lambda: (
+            [e for e in _events(devcluster, "role_done", job_id) if e.get("via") == "decider"]
+            or None
+        ),
+        30,
+        "the decider's role_done",
+    )
     assert [(e["outcome"], e["cause"], e["action"]) for e in by_decider] == [
         ("decided", "gpu_unavailable", "requeue")
     ]
