@@ -28,6 +28,26 @@ def test_every_command_is_registered_by_its_module() -> None:
         assert lazy_sub.choices[name].format_help() == sub.choices[name].format_help()
 
 
+def _choices(parser: object) -> list[str]:
+    (sub,) = [a for a in parser._actions if isinstance(getattr(a, "choices", None), dict)]  # type: ignore[attr-defined]
+    return list(sub.choices)
+
+
+def test_a_named_command_s_parser_holds_only_its_module_s_commands() -> None:
+    """A command named: its module's commands only, no stub of the others (issue 20: 25-odd
+    parsers each rank's `wrap` built for nothing). None named, or a word that is no
+    command: a stub of every command, for the root's --help and argparse's error."""
+    assert _choices(build_parser("wrap")) == ["wrap"]
+    assert _choices(build_parser("classify")) == ["classify"]
+    assert _choices(build_parser("")) == list(COMMANDS)
+    assert _choices(build_parser("nonsense")) == list(COMMANDS)
+    done = subprocess.run(
+        [sys.executable, "-m", "slurm_triage", "nonsense"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "invalid choice: 'nonsense'" in done.stderr
+    assert "wrap" in done.stderr and "classify" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("argv", "command"),
     [
