@@ -1,5 +1,7 @@
 """Fast paths (issue 20): what every job start, every rank and every job end pays, as ratios
 to `python -c pass` (or `cat`) measured side by side in this one run (the machine is noisy).
+Every timed process, `python -c pass` included, starts from a plain install of this tree
+(bench.plain_install), as on a node: the dev venv's editable install slows every start.
 
 1. Prolog: `slurm-triage-prolog` on the simulated 8-GPU, 4-HCA, 3-mount node of
    bench_prolog (fake pynvml at the NVML boundary; a node that passes calls no Slurm),
@@ -43,14 +45,17 @@ from pathlib import Path
 
 from bench.bench_prolog import _config as prolog_config
 from bench.bench_wrapper import WRITER
+from bench.plain_install import PlainInstall, plain_install
 
 RUNS = int(os.environ.get("BENCH_FAST_RUNS", "15"))
 PUMP_MB = int(os.environ.get("BENCH_FAST_PUMP_MB", "500"))
 PUMP_RUNS = 3
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
-BIN = Path(sys.executable).parent
-PASS = [sys.executable, "-c", "pass"]
+# Every timed process starts from this tree's plain install (bench.plain_install), made by
+# main(): the dev venv's editable finder would slow `python -c pass` 2-3x and flatter every
+# ratio to it.
+PLAIN = PlainInstall(Path(sys.prefix))
 
 # The decision's process: everything EpilogSlurmctld imports and does, with a FakeDoor in
 # place of slurmctld (open_door is the only difference).
@@ -104,6 +109,10 @@ sys.exit(run_decider(config, decide, sys.argv[1]))
 """
 
 
+def _pass() -> list[str]:
+    return [PLAIN.python, "-c", "pass"]
+
+
 def _wall(argv: list[str], env: dict[str, str], **kwargs: object) -> float:
     started = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True, **kwargs)  # type: ignore[call-overload]
@@ -135,7 +144,7 @@ def _log_events(log: Path, event: str) -> list[dict[str, object]]:
 
 def _start_agent(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     agent = subprocess.Popen(
-        [str(BIN / "slurm-triage"), "agent", "--node", "bench1"], env=env, stderr=subprocess.PIPE
+        [PLAIN.script("slurm-triage"), "agent", "--node", "bench1"], env=env, stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 60
     while not _log_events(log, "agent_started"):
@@ -154,10 +163,10 @@ def bench_prolog(root: Path) -> tuple[float, float]:
         SLURM_JOB_ID="1",
         SLURM_TRIAGE__AGENT__SOCKET=str(root / "run" / "agent.sock"),
     )
-    prolog = [str(BIN / "slurm-triage-prolog")]
+    prolog = [PLAIN.script("slurm-triage-prolog")]
     agent = _start_agent(env, log)
     try:
-        floor, wall = _side_by_side(RUNS, lambda: _wall(PASS, env), lambda: _wall(prolog, env))
+        floor, wall = _side_by_side(RUNS, lambda: _wall(_pass(), env), lambda: _wall(prolog, env))
     finally:
         agent.terminate()
         agent.wait(30)
@@ -166,7 +175,7 @@ def bench_prolog(root: Path) -> tuple[float, float]:
     assert len(served) == RUNS and not fell_back, "the agent did not answer every Prolog"
     up = wall / floor
     floor_down, wall_down = _side_by_side(
-        RUNS, lambda: _wall(PASS, env), lambda: _wall(prolog, env)
+        RUNS, lambda: _wall(_pass(), env), lambda: _wall(prolog, env)
     )
     assert len(_log_events(log, "prolog_agent_fallback")) == RUNS, "an agent answered"
     down = wall_down / floor_down
@@ -202,8 +211,8 @@ def _last_usage(log: Path) -> dict[str, float]:
 
 def bench_wrapper(root: Path) -> tuple[float, float, float]:
     env = _wrapper_env(root)
-    wrap_true = [str(BIN / "slurm-triage"), "wrap", "--", "true"]
-    floor, wall = _side_by_side(RUNS, lambda: _wall(PASS, env), lambda: _wall(wrap_true, env))
+    wrap_true = [PLAIN.script("slurm-triage"), "wrap", "--", "true"]
+    floor, wall = _side_by_side(RUNS, lambda: _wall(_pass(), env), lambda: _wall(wrap_true, env))
     start_ratio = wall / floor
     print(
         f"wrapper start (wrap -- true): {wall * 1000:.0f} ms | python -c pass "
@@ -213,8 +222,8 @@ def bench_wrapper(root: Path) -> tuple[float, float, float]:
     )
     _wrapper_extras(env)
     out = Path("/var/tmp") / f"bench-fast-paths-{os.getpid()}.out"
-    child = f"{sys.executable} -c '{WRITER}' {PUMP_MB << 20}"
-    wrapped = f"{BIN / 'slurm-triage'} wrap -- {child} > {out}"
+    child = f"{PLAIN.python} -c '{WRITER}' {PUMP_MB << 20}"
+    wrapped = f"{PLAIN.script('slurm-triage')} wrap -- {child} > {out}"
     piped = f"{child} | cat > {out}"
     rss = []
 
@@ -247,8 +256,8 @@ def _wrapper_extras(env: dict[str, str]) -> None:
     has started (nvmlInit, the driver's share, cannot be measured here)."""
     from slurm_triage.nvml import read_pci_gpus
 
-    printing = [str(BIN / "slurm-triage"), "wrap", "--", "echo", "step 1 | loss 2.87"]
-    floor, wall = _side_by_side(RUNS, lambda: _wall(PASS, env), lambda: _wall(printing, env))
+    printing = [PLAIN.script("slurm-triage"), "wrap", "--", "echo", "step 1 | loss 2.87"]
+    floor, wall = _side_by_side(RUNS, lambda: _wall(_pass(), env), lambda: _wall(printing, env))
     print(
         f"  wrap -- echo (one line of output, scanned at the end): {wall * 1000:.0f} ms | "
         f"python -c pass {floor * 1000:.0f} ms | ratio {wall / floor:.2f}x",
@@ -258,8 +267,8 @@ def _wrapper_extras(env: dict[str, str]) -> None:
         print("  NVIDIA GPUs here: the figures above include the wrapper's NVML", flush=True)
         return
     # The wrapper has ctypes already (its subreaper call): pynvml's own share only.
-    ctypes_only = [sys.executable, "-c", "import ctypes"]
-    nvml = [sys.executable, "-c", "import ctypes, pynvml"]
+    ctypes_only = [PLAIN.python, "-c", "import ctypes"]
+    nvml = [PLAIN.python, "-c", "import ctypes, pynvml"]
     try:
         base, with_nvml = _side_by_side(
             RUNS, lambda: _wall(ctypes_only, env), lambda: _wall(nvml, env)
@@ -309,7 +318,7 @@ def _xid79_record(evidence: Path, job: int) -> None:
 def _start_decider(env: dict[str, str], log: Path, sock: Path) -> subprocess.Popen[bytes]:
     sock.parent.mkdir(mode=0o755)
     decider = subprocess.Popen(
-        [sys.executable, "-c", DECIDER_SERVER, str(sock)], env=env, stderr=subprocess.PIPE
+        [PLAIN.python, "-c", DECIDER_SERVER, str(sock)], env=env, stderr=subprocess.PIPE
     )
     deadline = time.monotonic() + 60
     while not _log_events(log, "decider_started"):
@@ -331,7 +340,7 @@ def _via_decider(env: dict[str, str], log: Path, evidence: Path, job: int) -> tu
         SLURM_JOB_EXIT_CODE2="1:0",
         SLURM_JOB_RESTART_COUNT="0",
     )
-    cpu, _ = _child_cpu([str(BIN / "slurm-triage-epilog-slurmctld")], client_env)
+    cpu, _ = _child_cpu([PLAIN.script("slurm-triage-epilog-slurmctld")], client_env)
     done = [e for e in _log_events(log, "role_done") if e.get("job_id") == str(job)]
     if len(done) != 1 or done[0].get("via") != "decider" or done[0]["outcome"] != "decided":
         raise SystemExit(f"job {job} was not decided by the decider: {done}")
@@ -373,11 +382,11 @@ def bench_decision(root: Path) -> float | None:
     for run in range(RUNS):
         job = 100 + run
         _xid79_record(evidence, job)
-        floors.append(_child_cpu(PASS, cold_env)[0])
-        cpu, out = _child_cpu([sys.executable, "-c", DECIDER, "FAILED", "1", str(job)], cold_env)
+        floors.append(_child_cpu(_pass(), cold_env)[0])
+        cpu, out = _child_cpu([PLAIN.python, "-c", DECIDER, "FAILED", "1", str(job)], cold_env)
         cpus.append(cpu)
     cause = json.loads(out)["cause"]
-    _, out = _child_cpu([sys.executable, "-c", DECIDER, "COMPLETED", "0", "98"], cold_env)
+    _, out = _child_cpu([PLAIN.python, "-c", DECIDER, "COMPLETED", "0", "98"], cold_env)
     wide = [c for c in json.loads(out)["calls"] if c[0] == "nodes" and not any(c[1])]
     client, thread = statistics.median(clients), statistics.median(threads)
     via = statistics.median(c + t for c, t in zip(clients, threads, strict=True))
@@ -408,7 +417,7 @@ def bench_classify(root: Path) -> float:
         return time.perf_counter() - started
 
     cli = [
-        str(BIN / "slurm-triage"),
+        PLAIN.script("slurm-triage"),
         "classify",
         "--state",
         "FAILED",
@@ -424,7 +433,7 @@ def bench_classify(root: Path) -> float:
     # separate loop drifted with the host's load against the CLI's, by +-0.5x.
     floors, walls, scans, ratios = [], [], [], []
     for _ in range(RUNS):
-        floors.append(_wall(PASS, env))
+        floors.append(_wall(_pass(), env))
         walls.append(_wall(cli, env))
         scans.append(scan())
         ratios.append((walls[-1] - scans[-1]) / floors[-1])
@@ -440,11 +449,20 @@ def bench_classify(root: Path) -> float:
 
 
 def main() -> None:
+    global PLAIN
     # As `pip install` leaves it: bytecode compiled (PYTHONDONTWRITEBYTECODE would otherwise
     # make every cold start compile what changed since the last write).
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "slurm_triage")])
     with tempfile.TemporaryDirectory(prefix="bench-fast-", dir="/var/tmp") as tmp:
         root = Path(tmp)
+        PLAIN = plain_install(root)
+        floor = statistics.median(_wall(_pass(), {}) for _ in range(RUNS))
+        dev = statistics.median(_wall([sys.executable, "-c", "pass"], {}) for _ in range(RUNS))
+        print(
+            f"floor: python -c pass from a plain install {floor * 1000:.0f} ms (in the editable "
+            f"dev venv {dev * 1000:.0f} ms, not used: bench.plain_install)",
+            flush=True,
+        )
         (root / "prolog").mkdir()
         bench_prolog(root / "prolog")
         bench_wrapper(root)

@@ -1,16 +1,18 @@
 """Prolog cold start: `slurm-triage-prolog` on a simulated 8-GPU node with 4 HCA ports and
-3 mounts, as slurmd runs it (a fresh process each time), next to `python -c pass`."""
+3 mounts, as slurmd runs it (a fresh process each time), next to `python -c pass`, both from
+a plain install of this tree (bench.plain_install: the dev venv's editable install slows
+every interpreter start, and would flatter the ratio)."""
 
 from __future__ import annotations
 
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.plain_install import plain_install
 from slurm_triage.simulate.estate import MOUNTS, NodeEstate
 
 RUNS = 30
@@ -52,9 +54,9 @@ def _median_wall(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return statistics.median(times), max(times)
 
 
-def _import_ms(module: str) -> tuple[float, list[tuple[int, str]]]:
+def _import_ms(python: str, module: str) -> tuple[float, list[tuple[int, str]]]:
     out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        [python, "-X", "importtime", "-c", f"import {module}"],
         capture_output=True,
         text=True,
     ).stderr
@@ -72,23 +74,24 @@ def _import_ms(module: str) -> tuple[float, list[tuple[int, str]]]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        plain = plain_install(root)
         env = dict(
             os.environ,
             SLURM_TRIAGE_CONFIG=str(_config(root)),
             SLURMD_NODENAME="bench1",
             SLURM_JOB_ID="1",
         )
-        prolog = str(Path(sys.executable).parent / "slurm-triage-prolog")
-        floor, floor_max = _median_wall([sys.executable, "-c", "pass"], env)
+        prolog = plain.script("slurm-triage-prolog")
+        floor, floor_max = _median_wall([plain.python, "-c", "pass"], env)
         wall, wall_max = _median_wall([prolog], env)
         log = (root / "triage.log").read_text()
         assert "health_run_done" in log, "the prolog did not run its checks"
+        total, heavy = _import_ms(plain.python, "slurm_triage.prolog_epilog.prolog")
     print(
         f"prolog cold start, median of {RUNS}: {wall * 1000:.0f} ms (max {wall_max * 1000:.0f})"
         f"  | python -c pass: {floor * 1000:.0f} ms (max {floor_max * 1000:.0f})"
         f"  | ratio {wall / floor:.1f}x"
     )
-    total, heavy = _import_ms("slurm_triage.prolog_epilog.prolog")
     print(f"import slurm_triage.prolog_epilog.prolog: {total:.0f} ms cumulative")
     for micros, name in heavy:
         print(f"  {micros / 1000:7.1f} ms  {name}")
