@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 
 from slurm_triage.agent import protocol
-from slurm_triage.unix_socket.wire import LineReader, peer_uid
+from slurm_triage.unix_socket.wire import LineReader, client_settings, peer_uid
 
 
 class Outcome(StrEnum):
@@ -53,12 +53,13 @@ class Reply:
 def settings(env: Mapping[str, str]) -> tuple[str, float, float]:
     """The socket path and the connect and answer waits (s); ValueError for an override
     that is not a number above 0."""
-    path = env.get(protocol.SOCKET_ENV) or protocol.DEFAULT_SOCKET
-    connect = float(env.get(protocol.CONNECT_TIMEOUT_ENV) or protocol.DEFAULT_CONNECT_TIMEOUT_S)
-    answer = float(env.get(protocol.ANSWER_TIMEOUT_ENV) or protocol.DEFAULT_ANSWER_TIMEOUT_S)
-    if not (0 < connect < float("inf") and 0 < answer < float("inf")):
-        raise ValueError("agent waits must be numbers above 0")
-    return path, connect, answer
+    return client_settings(
+        env,
+        "agent",
+        (protocol.SOCKET_ENV, protocol.DEFAULT_SOCKET),
+        (protocol.CONNECT_TIMEOUT_ENV, protocol.DEFAULT_CONNECT_TIMEOUT_S),
+        (protocol.ANSWER_TIMEOUT_ENV, protocol.DEFAULT_ANSWER_TIMEOUT_S),
+    )
 
 
 def ask_agent(env: Mapping[str, str]) -> Reply:

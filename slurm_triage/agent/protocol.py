@@ -23,7 +23,8 @@ import json
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 
-from slurm_triage.unix_socket.wire import ProtocolError
+from slurm_triage.unix_socket.wire import ProtocolError, answer_json
+from slurm_triage.unix_socket.wire import Refused as Refused  # this protocol's error answer
 
 VERSION = 1
 MAX_REQUEST_BYTES = 8192
@@ -58,10 +59,6 @@ class Request:
 
     def __init__(self, kind: RequestKind, env: dict[str, str], seconds: int = 0) -> None:
         self.kind, self.env, self.seconds = kind, env, seconds
-
-
-class Refused(ProtocolError):
-    """A well-formed error answer: the agent did not run the screen, and says why."""
 
 
 def _digits(limit: int) -> Callable[[str], bool]:
@@ -160,14 +157,7 @@ def encode_answer(
 
 
 def _answer_body(line: bytes, key: str) -> object:
-    try:
-        data = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ProtocolError("answer is not one JSON line") from None
-    if not isinstance(data, dict) or data.get("v") != VERSION:
-        raise ProtocolError("answer is not of this protocol version")
-    if isinstance(data.get("error"), str):
-        raise Refused(f"agent refused: {data['error'][:300]}")
+    data = answer_json(line, VERSION, "agent")
     if set(data) != {"v", key}:
         raise ProtocolError(f"answer must hold exactly v and {key}")
     return data[key]

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 
 from slurm_triage.decider import protocol
-from slurm_triage.unix_socket.wire import LineReader, ProtocolError, peer_uid
+from slurm_triage.unix_socket.wire import LineReader, ProtocolError, client_settings, peer_uid
 
 
 class Outcome(StrEnum):
@@ -62,12 +62,13 @@ class Reply:
 def settings(env: Mapping[str, str]) -> tuple[str, float, float]:
     """The socket path and the connect and accept waits (s); ValueError for an override
     that is not a number above 0."""
-    path = env.get(protocol.SOCKET_ENV) or protocol.DEFAULT_SOCKET
-    connect = float(env.get(protocol.CONNECT_TIMEOUT_ENV) or protocol.DEFAULT_CONNECT_TIMEOUT_S)
-    accept = float(env.get(protocol.ACCEPT_TIMEOUT_ENV) or protocol.DEFAULT_ACCEPT_TIMEOUT_S)
-    if not (0 < connect < float("inf") and 0 < accept < float("inf")):
-        raise ValueError("decider waits must be numbers above 0")
-    return path, connect, accept
+    return client_settings(
+        env,
+        "decider",
+        (protocol.SOCKET_ENV, protocol.DEFAULT_SOCKET),
+        (protocol.CONNECT_TIMEOUT_ENV, protocol.DEFAULT_CONNECT_TIMEOUT_S),
+        (protocol.ACCEPT_TIMEOUT_ENV, protocol.DEFAULT_ACCEPT_TIMEOUT_S),
+    )
 
 
 def ask_decider(env: Mapping[str, str]) -> Reply:

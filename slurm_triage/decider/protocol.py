@@ -28,7 +28,8 @@ import json
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 
-from slurm_triage.unix_socket.wire import ProtocolError
+from slurm_triage.unix_socket.wire import ProtocolError, answer_json
+from slurm_triage.unix_socket.wire import Refused as Refused  # this protocol's error answer
 
 VERSION = 1
 # A 2,000-node job's node list that Slurm could not compress much is tens of KiB.
@@ -47,10 +48,6 @@ CONNECT_TIMEOUT_ENV = "SLURM_TRIAGE__DECIDER__CONNECT_TIMEOUT_S"
 ACCEPT_TIMEOUT_ENV = "SLURM_TRIAGE__DECIDER__ACCEPT_TIMEOUT_S"
 
 _HOSTLIST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-[],")
-
-
-class Refused(ProtocolError):
-    """A well-formed error answer: the decider did not take the job end, and says why."""
 
 
 class DecidedHow(StrEnum):
@@ -149,22 +146,10 @@ def encode_decided(how: DecidedHow, cause: str | None, action: str | None, cpu_s
     return _line({"decided": body})
 
 
-def _answer(line: bytes) -> dict[str, object]:
-    try:
-        data = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ProtocolError("answer is not one JSON line") from None
-    if not isinstance(data, dict) or data.get("v") != VERSION:
-        raise ProtocolError("answer is not of this protocol version")
-    if isinstance(data.get("error"), str):
-        raise Refused(f"decider refused: {data['error'][:300]}")
-    return data
-
-
 def parse_accepted(line: bytes) -> float:
     """The seconds the decider may take, from an `accepted` answer; Refused for an error
     answer, ProtocolError for anything else."""
-    data = _answer(line)
+    data = answer_json(line, VERSION, "decider")
     body = data.get("accepted")
     wait = body.get("wait_s") if isinstance(body, dict) else None
     if set(data) != {"v", "accepted"} or not isinstance(wait, int | float):
@@ -198,7 +183,7 @@ def _text(value: object) -> str | None:
 
 def parse_final(line: bytes) -> Final:
     """The `decided` or `detached` answer; ProtocolError (Refused) for anything else."""
-    data = _answer(line)
+    data = answer_json(line, VERSION, "decider")
     if set(data) == {"v", "detached"} and data["detached"] is True:
         return Final(detached=True)
     body = data.get("decided")

@@ -1,20 +1,57 @@
 """Bounded reads of one line and the peer's uid, for both ends of a local socket.
 
-Standard library only (socket, struct, time): the per-job clients (the Prolog's,
+Standard library only (json, socket, struct, time): the per-job clients (the Prolog's,
 EpilogSlurmctld's) import it before anything else and must stay light.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
+from collections.abc import Mapping
 
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (socket(7) SO_PEERCRED)
 
 
 class ProtocolError(ValueError):
     """Bytes that are not a message we accept; the message is one line, holding no input."""
+
+
+class Refused(ProtocolError):
+    """A well-formed error answer: the server did not do what was asked, and says why."""
+
+
+def client_settings(
+    env: Mapping[str, str],
+    server: str,
+    socket_var: tuple[str, str],
+    connect_var: tuple[str, float],
+    wait_var: tuple[str, float],
+) -> tuple[str, float, float]:
+    """A client's socket path and its two waits (s), each from its environment variable
+    (name, default) when set; ValueError for a wait that is not a number above 0."""
+    path = env.get(socket_var[0]) or socket_var[1]
+    connect = float(env.get(connect_var[0]) or connect_var[1])
+    wait = float(env.get(wait_var[0]) or wait_var[1])
+    if not (0 < connect < float("inf") and 0 < wait < float("inf")):
+        raise ValueError(f"{server} waits must be numbers above 0")
+    return path, connect, wait
+
+
+def answer_json(line: bytes, version: int, server: str) -> dict[str, object]:
+    """An answer line as the JSON object of protocol `version`; Refused for an error answer,
+    ProtocolError for anything else."""
+    try:
+        data = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ProtocolError("answer is not one JSON line") from None
+    if not isinstance(data, dict) or data.get("v") != version:
+        raise ProtocolError("answer is not of this protocol version")
+    if isinstance(data.get("error"), str):
+        raise Refused(f"{server} refused: {data['error'][:300]}")
+    return data
 
 
 def peer_uid(conn: socket.socket) -> int:
