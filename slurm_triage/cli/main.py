@@ -6,13 +6,9 @@ what they need when they run, so `slurm-triage --help` and the light commands st
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib
 import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
 from slurm_triage import __version__
 from slurm_triage.errors import TriageError
@@ -21,6 +17,11 @@ from slurm_triage.logs import setup_logging, setup_stderr_logging
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from pathlib import Path
+    from typing import Any
+
     from slurm_triage.config import Config
 
 # Every command: its name, the module whose `register(subparsers)` adds it, and its one-line
@@ -162,20 +163,29 @@ def _columns() -> int:
     return columns if columns > 0 else 80
 
 
-class _Parser(argparse.ArgumentParser):
+def _parser_class() -> type[argparse.ArgumentParser]:
     """An ArgumentParser whose formatters get the terminal's width from `_columns`; its
-    sub-commands' parsers are of this class too (add_subparsers' default)."""
+    sub-commands' parsers are of this class too (add_subparsers' default). Defined when a
+    parser is built: argparse (with gettext and locale) is no import of `wrap` (issue 20)."""
+    import argparse
 
-    def _get_formatter(self) -> argparse.HelpFormatter:
-        # HelpFormatter's own default, less shutil: the width is the terminal's less 2.
-        return self.formatter_class(prog=self.prog, width=_columns() - 2)  # type: ignore[call-arg]
+    class _Parser(argparse.ArgumentParser):
+        def _get_formatter(self) -> argparse.HelpFormatter:
+            # HelpFormatter's own default, less shutil: the width is the terminal's less 2.
+            return self.formatter_class(prog=self.prog, width=_columns() - 2)  # type: ignore[call-arg]
+
+    return _Parser
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser. Without `command`, every command's module is imported (tests walk the
     whole tree); with a command, only that command's module and its commands; with "" or an
     unknown word, every command is a stub that only lists it in `--help`."""
-    parser = _Parser(
+    import argparse
+    import importlib
+    from pathlib import Path
+
+    parser = _parser_class()(
         prog="slurm-triage",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -221,11 +231,21 @@ def command_asked(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _wrap_args(argv: list[str]) -> Any:
+    """`wrap`'s arguments as its parser reads them, without argparse (every rank of every
+    job starts `wrap`, and argparse with re, gettext and locale was a sixth of its start:
+    issue 20); None for anything the short reader leaves to argparse (--help, an error)."""
+    from slurm_triage.cli.wrap_cmd import parse_without_argparse
+
+    return parse_without_argparse(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     setup_stderr_logging("warning")
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(command_asked(argv) or "")
-    args = parser.parse_args(argv)
+    args: Any = _wrap_args(argv[1:]) if argv[:1] == ["wrap"] else None
+    if args is None:
+        args = build_parser(command_asked(argv) or "").parse_args(argv)
     context = Context(args.config)
     try:
         return int(args.handler(args, context) or 0)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-from typing import Any, NoReturn
 
 from slurm_triage.errors import TriageError
+
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any, NoReturn
 
 DESCRIPTION = """\
 Run CMD as a child in its own process group and exit exactly as it did (same exit code,
@@ -29,6 +33,8 @@ bad config file means the command runs with the built-in defaults."""
 
 
 def register(sub: Any) -> None:
+    import argparse
+
     parser = sub.add_parser(
         "wrap",
         help="run a job step's command and exit exactly as it did (srun ... wrap -- CMD)",
@@ -80,6 +86,78 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARG ...]")
     parser.set_defaults(handler=_wrap)
+
+
+# What parse_without_argparse reads: wrap's options that take a value (its dest and type, as
+# register gives them to argparse) and those that take none (store_const False).
+_VALUED = {
+    "--kill-grace": ("kill_grace", float),
+    "--hang-timeout": ("hang_timeout", float),
+    "--tail-bytes": ("tail_bytes", int),
+    "--tee-dir": ("tee_dir", str),
+}
+_FLAGS = {"--no-nvml": "watch_nvml", "--keep-on-xid": "end_on_fatal_xid"}
+
+
+class WrapArgs:
+    """What argparse's Namespace holds after `slurm-triage wrap ...`: one attribute per
+    dest, compared by value (tests compare it with the Namespace)."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+    def __eq__(self, other: object) -> bool:
+        return vars(self) == vars(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def parse_without_argparse(argv: list[str]) -> WrapArgs | None:
+    """The arguments after `wrap` as `slurm-triage`'s parser reads them, when they are in
+    the plain grammar every sbatch script uses: wrap's options written in full (`--opt V`,
+    `--opt=V`, flags), then `--` or the first word that is not an option, which begins the
+    command (argparse.REMAINDER: options after it are the command's). None for anything
+    else (--help, -h, an abbreviation, an unknown option, a missing or bad value, a value
+    that begins with '-', a command without `--` before it that has a word beginning with
+    '-'), which the caller leaves to argparse, so help and error messages stay argparse's.
+    tests/unit/test_wrap_args.py runs both over the same argv."""
+    values: dict[str, Any] = {
+        "config": None,
+        "kill_grace": None,
+        "hang_timeout": None,
+        "tail_bytes": None,
+        "tee_dir": None,
+        "watch_nvml": None,
+        "end_on_fatal_xid": None,
+    }
+    at = 0
+    while at < len(argv) and argv[at] != "--" and argv[at].startswith("-"):
+        option, equals, value = argv[at].partition("=")
+        if option in _FLAGS and not equals:
+            values[_FLAGS[option]] = False
+            at += 1
+            continue
+        if option not in _VALUED:
+            return None
+        if not equals:
+            at += 1
+            if at == len(argv) or argv[at].startswith("-"):
+                return None  # argparse: expected one argument (or a negative number)
+            value = argv[at]
+        dest, read = _VALUED[option]
+        try:
+            values[dest] = read(value)
+        except ValueError:
+            return None  # argparse: invalid float/int value
+        at += 1
+    command = argv[at:]
+    if command[:1] != ["--"]:
+        # argparse classifies every word before a `--`, the command's too, and may refuse
+        # one (`--k` is ambiguous, `--=x` too): such a command is left to it.
+        words = command[: command.index("--")] if "--" in command else command
+        if any(word.startswith("-") for word in words):
+            return None
+    return WrapArgs(**values, command=command, handler=_wrap)
 
 
 def _wrap(args: argparse.Namespace, context: Any) -> int:
