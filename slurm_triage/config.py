@@ -17,14 +17,15 @@ import sys
 import typing
 from collections.abc import Mapping
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from slurm_triage.errors import TriageError
 from slurm_triage.frozen import Frozen
 from slurm_triage.taxonomy import Cause
 
-DEFAULT_CONFIG_PATH = Path("/etc/slurm-triage/config.toml")
+# Paths are str or os.PathLike, read with os and open(): pathlib (with urllib.parse,
+# ipaddress, fnmatch) is no import of the per-job programs (issue 20).
+DEFAULT_CONFIG_PATH = "/etc/slurm-triage/config.toml"
 CONFIG_ENV = "SLURM_TRIAGE_CONFIG"
 OVERRIDE_PREFIX = "SLURM_TRIAGE__"
 
@@ -341,6 +342,13 @@ class AgentConfig(Frozen):
     # Watch NVML XID events for the agent's lifetime (nvmlEventSetWait): an XID seen there
     # fails the next Prolog's gpu.xid as the kernel log's line would.
     watch_xids: bool = True
+    # The facts the Prolog's checks read (NVML, kernel log, PCIe AER, links, mounts, host)
+    # are read in the background every `facts_refresh_s`, and a Prolog's checks use facts
+    # at most `facts_max_age_s` old, reading older ones for itself (docs/agent.md). An XID
+    # the watcher sees and a GPU reset drop them at once. Keep the refresh below the age.
+    # facts_max_age_s = 0: every Prolog reads every fact (no background reads either).
+    facts_max_age_s: float = field(default=30.0, metadata=_range(0, 3600))
+    facts_refresh_s: float = field(default=10.0, metadata=_range(1, 3600))
 
 
 class DeciderConfig(Frozen):
@@ -541,18 +549,18 @@ def node_path(path: str, node: str) -> str:
     return path.replace("{node}", node)
 
 
-def config_path(env: Mapping[str, str] | None = None) -> tuple[Path, bool]:
+def config_path(env: Mapping[str, str] | None = None) -> tuple[str | os.PathLike[str], bool]:
     """The file to read, and whether it was named explicitly (so must exist)."""
     named = (os.environ if env is None else env).get(CONFIG_ENV, "").strip()
-    return (Path(named), True) if named else (DEFAULT_CONFIG_PATH, False)
+    return (named, True) if named else (DEFAULT_CONFIG_PATH, False)
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse one TOML file; every failure is a one-line ConfigError naming the file."""
     import tomllib  # a file to read: a process on built-in defaults never pays for it
 
     try:
-        with path.open("rb") as fh:
+        with open(path, "rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
@@ -568,15 +576,17 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def load_config(path: Path | None = None, env: dict[str, str] | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
+) -> Config:
     """Load the effective config: the named or default file, then env overrides."""
     env = dict(os.environ) if env is None else env
     explicit = path is not None
     if path is None:
         path, explicit = config_path(env)
-    if not explicit and not path.exists():
+    if not explicit and not os.path.exists(path):
         return config_from_mapping({}, env, source="<defaults>")
-    return config_from_mapping(read_toml(path), env, source=str(path))
+    return config_from_mapping(read_toml(path), env, source=os.fspath(path))
 
 
 def to_toml(config: Config) -> str:

@@ -1,27 +1,31 @@
 """The Prolog's side of the agent: send the job's environment, wait for the verdict.
 
-It runs on every job start before anything else, so it imports only socket, struct, os and
-the wire format, and reads no config file: the socket and both waits come from the
-Prolog's environment (the config's own SLURM_TRIAGE__AGENT__* override names) or the
-defaults. slurmd gives Prolog= none of its own environment (prep_script_slurmd.c
-_build_env), so on a real node that means the defaults, unless Prolog= is a script that
-exports them. Every way of not getting a verdict is a Reply with no exit status and the
-reason, and the Prolog then runs its screen itself: our trouble never fails a job.
+It runs on every job start before anything else, so it imports only the wire format and
+_socket (not socket, whose enums and selectors cost as much as Python's start: issue 20;
+nor enum or typing, so Outcome is a class of constants), and reads no config file: the
+socket and both waits come from the Prolog's environment (the config's own
+SLURM_TRIAGE__AGENT__* override names) or the defaults. slurmd gives Prolog= none of its
+own environment (prep_script_slurmd.c _build_env), so on a real node that means the
+defaults, unless Prolog= is a script that exports them. Every way of not getting a verdict
+is a Reply with no exit status and the reason, and the Prolog then runs its screen itself:
+our trouble never fails a job.
 """
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
-from collections.abc import Callable, Mapping
-from enum import StrEnum
 
 from slurm_triage.agent import protocol
 from slurm_triage.unix_socket.wire import LineReader, client_settings, peer_uid
 
+TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
-class Outcome(StrEnum):
-    """How asking the agent went."""
+
+class Outcome:
+    """How asking the agent went: one of these, nothing else."""
 
     ANSWERED = "answered"
     NOT_RUNNING = "not_running"  # no socket file, or nobody listening on it (a stale file)
@@ -40,7 +44,7 @@ class Reply:
 
     def __init__(
         self,
-        outcome: Outcome,
+        outcome: str,
         exit_status: int | None = None,
         detail: str = "",
         socket: str = "",
@@ -75,7 +79,7 @@ def ask_agent(env: Mapping[str, str]) -> Reply:
 
 def release_nvml(
     path: str, seconds: int, connect_s: float, answer_s: float
-) -> tuple[Outcome, int | None, str]:
+) -> tuple[str, int | None, str]:
     """Ask the agent to let go of NVML for `seconds` (0: take it back): how it went, the
     seconds it let go for (ANSWERED only), why not."""
     request = protocol.encode_release(seconds)
@@ -88,9 +92,10 @@ def _ask(
     answer_s: float,
     request: bytes,
     parse: Callable[[bytes], int],
-) -> tuple[Outcome, int | None, str]:
+) -> tuple[str, int | None, str]:
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
             conn.settimeout(connect_s)
             conn.connect(path)
             peer = peer_uid(conn)
@@ -99,6 +104,8 @@ def _ask(
             conn.settimeout(answer_s)
             conn.sendall(request)
             line = LineReader(conn, protocol.MAX_ANSWER_BYTES).line(answer_s)
+        finally:
+            conn.close()
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         return Outcome.NOT_RUNNING, None, exc.strerror or type(exc).__name__
     except TimeoutError:

@@ -13,16 +13,15 @@ refuses the whole request, and the Prolog then runs its screen itself on the sam
 environment, so a refusal never changes a verdict. `release_nvml` is the GPU reset's
 (prolog_epilog.gpu_repair): NVIDIA refuses a reset while any process holds the GPU, the
 agent included, so it lets go of NVML for `seconds` (0: take it back now).
-Import-light (json, and socket under unix_socket.wire): the Prolog's client imports it on
-every job start.
+The Prolog's client imports it on every job start, so it imports nothing Python's own start
+has not loaded but unix_socket's wire and json_text (C modules under socket and json): no
+json, enum or typing (each as costly as Python's start: issue 20). Hence RequestKind is a
+class of constants, not an enum.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
-from enum import StrEnum
-
+from slurm_triage.unix_socket.json_text import dumps, loads
 from slurm_triage.unix_socket.wire import ProtocolError, answer_json
 from slurm_triage.unix_socket.wire import Refused as Refused  # this protocol's error answer
 
@@ -39,14 +38,18 @@ SOCKET_ENV = "SLURM_TRIAGE__AGENT__SOCKET"
 CONNECT_TIMEOUT_ENV = "SLURM_TRIAGE__AGENT__CONNECT_TIMEOUT_S"
 ANSWER_TIMEOUT_ENV = "SLURM_TRIAGE__AGENT__ANSWER_TIMEOUT_S"
 
+TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 MAX_RELEASE_S = 3600
 
 
-class RequestKind(StrEnum):
-    """What a client may ask."""
+class RequestKind:
+    """What a client may ask: one of these two, nothing else (parse_request)."""
 
     PROLOG = "prolog"  # run the Prolog's screen for this job environment
     RELEASE_NVML = "release_nvml"  # let go of NVML for a while (a GPU reset is coming)
@@ -57,7 +60,7 @@ class Request:
 
     __slots__ = ("kind", "env", "seconds")
 
-    def __init__(self, kind: RequestKind, env: dict[str, str], seconds: int = 0) -> None:
+    def __init__(self, kind: str, env: dict[str, str], seconds: int = 0) -> None:
         self.kind, self.env, self.seconds = kind, env, seconds
 
 
@@ -99,13 +102,13 @@ def encode_request(env: Mapping[str, str]) -> bytes:
     """The Prolog's request: the variables of ENV_RULES it has, as they are (the agent
     checks them; the client does not judge)."""
     picked = {name: env[name] for name in ENV_RULES if name in env}
-    line = json.dumps({"v": VERSION, "kind": RequestKind.PROLOG.value, "env": picked})
+    line = dumps({"v": VERSION, "kind": RequestKind.PROLOG, "env": picked})
     return line.encode("utf-8", "surrogateescape") + b"\n"
 
 
 def encode_release(seconds: int) -> bytes:
     """The GPU reset's request: let go of NVML for `seconds` (0: take it back now)."""
-    line = json.dumps({"v": VERSION, "kind": RequestKind.RELEASE_NVML.value, "seconds": seconds})
+    line = dumps({"v": VERSION, "kind": RequestKind.RELEASE_NVML, "seconds": seconds})
     return line.encode() + b"\n"
 
 
@@ -113,19 +116,19 @@ def parse_request(line: bytes) -> Request:
     """The request a line (without its newline) carries, every field checked;
     ProtocolError says what is wrong."""
     try:
-        data = json.loads(line.decode("utf-8"))
+        data = loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError("request is not one JSON line") from None
     if not isinstance(data, dict) or data.get("v") != VERSION:
         raise ProtocolError(f"request must be an object of protocol version {VERSION}")
-    if data.get("kind") == RequestKind.RELEASE_NVML.value:
+    if data.get("kind") == RequestKind.RELEASE_NVML:
         seconds = data.get("seconds")
         if set(data) != {"v", "kind", "seconds"} or type(seconds) is not int:
             raise ProtocolError("release_nvml must hold exactly v, kind and seconds")
         if not 0 <= seconds <= MAX_RELEASE_S:
             raise ProtocolError(f"seconds must be 0 to {MAX_RELEASE_S}")
         return Request(RequestKind.RELEASE_NVML, {}, seconds)
-    if data.get("kind") != RequestKind.PROLOG.value:
+    if data.get("kind") != RequestKind.PROLOG:
         raise ProtocolError("unknown request kind")
     if set(data) != {"v", "kind", "env"}:
         raise ProtocolError("prolog must hold exactly v, kind and env")
@@ -153,7 +156,7 @@ def encode_answer(
         body["released_s"] = released_s
     else:
         body["exit_status"] = exit_status
-    return json.dumps(body).encode() + b"\n"
+    return dumps(body).encode() + b"\n"
 
 
 def _answer_body(line: bytes, key: str) -> object:

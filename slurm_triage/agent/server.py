@@ -25,6 +25,12 @@ as thread-safe; the log writer holds its own lock. A hung NVML call leaves its r
 thread behind (health_checks.runner): past THREADS_PER_SCREEN x max_concurrent live
 threads the agent answers busy, and the Prologs run in processes that take their hung
 threads with them.
+
+Fresh facts: the facts the screen reads are kept (health_checks.fact_cache) and read again
+in the background (agent.refresh) every agent.facts_refresh_s, so a job start evaluates its
+checks on facts at most agent.facts_max_age_s old instead of reading them all (issue 20).
+An XID the watcher sees drops them and wakes the reader; so does NVML taken back after a
+GPU reset, and while it is let go NVML is not read in the background.
 """
 
 from __future__ import annotations
@@ -38,8 +44,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurm_triage.agent import protocol
+from slurm_triage.agent.refresh import FactRefresher
 from slurm_triage.agent.xids import XidWatch
 from slurm_triage.config import Config, deprecations
+from slurm_triage.health_checks.fact_cache import FactCache
+from slurm_triage.health_checks.registry import select
+from slurm_triage.health_checks.runner import FactSources
 from slurm_triage.logs import get_logger
 from slurm_triage.nvml import nvml_module
 from slurm_triage.unix_socket.listen import Listener, accept_loop, bind_socket, notify_ready
@@ -57,8 +67,13 @@ _CONTEXT = {
     "SLURM_SCRIPT_CONTEXT": "context",
 }
 
-# prolog_epilog.prolog.prolog: (config, env, *, nvml, nvml_xids) -> exit status 0 or 1
+# prolog_epilog.prolog.prolog: (config, env, *, nvml, nvml_xids, kept) -> exit status 0 or 1
 Screen = Callable[..., int]
+
+
+def prolog_sources() -> tuple[str, ...]:
+    """The fact sources the Prolog's checks read, in the order they run."""
+    return tuple(dict.fromkeys(need for spec in select(None, False) for need in spec.needs))
 
 
 class Agent:
@@ -73,11 +88,16 @@ class Agent:
         nvml: Any = None,
         nvml_held: bool = False,
         xids: XidWatch | None = None,
+        kept: FactCache | None = None,
     ) -> None:
         self.config, self.node, self.screen = config, node, screen
-        self.nvml, self.xids = nvml, xids
+        self.nvml, self.xids, self.kept = nvml, xids, kept
         # Whether the agent's own nvmlInit is in force; changed by release_nvml requests.
         self.nvml_held = nvml_held
+        # NVML let go for a GPU reset: not to be read in the background meanwhile.
+        self.nvml_released = False
+        self.refresher: FactRefresher | None = None
+        self._sources = prolog_sources()
         self._nvml_lock = threading.Lock()
         self._retake: threading.Timer | None = None
         self._allowed = {0, *config.agent.allowed_uids}
@@ -141,6 +161,9 @@ class Agent:
                 with contextlib.suppress(Exception):
                     self.nvml.nvmlShutdown()
                 self.nvml_held = False
+            self.nvml_released = True
+            if self.kept is not None:
+                self.kept.forget("nvml")
             self._retake = threading.Timer(seconds, self._take_nvml_locked)
             self._retake.daemon = True
             self._retake.start()
@@ -154,6 +177,9 @@ class Agent:
 
     def _take_nvml(self) -> None:
         """Hold NVML again (the lock held); a failed init is retried by each screen."""
+        if self.nvml_released:
+            self.nvml_released = False
+            self.facts_changed()  # the reset's GPUs are not the ones read before it
         if not self.nvml_held and self.nvml is not None:
             try:
                 self.nvml.nvmlInit()
@@ -163,8 +189,43 @@ class Agent:
         if self.xids is not None:
             self.xids.resume()
 
+    def facts_changed(self) -> None:
+        """Drop the kept facts and read them again now (an XID was seen, GPUs were reset)."""
+        if self.kept is not None:
+            self.kept.forget()
+        if self.refresher is not None:
+            self.refresher.wake()
+
+    def refresh_facts(self) -> None:
+        """Read every fact the Prolog's checks need into `kept` (agent.refresh's turn)."""
+        if self.kept is None:
+            return
+        health = self.config.health
+        sources = FactSources(
+            health,
+            self.node,
+            health.check_timeout_s,
+            nvml=self.nvml,
+            nvml_xids=self.xids.recent if self.xids is not None else None,
+            kept=self.kept,
+        )
+        for source in self._sources:
+            if source == "nvml" and self.nvml_released:
+                continue  # a GPU reset is under way: NVIDIA refuses it while NVML is held
+            sources.refresh(source)
+
+    def start_refreshing(self) -> None:
+        """Keep the facts fresh in the background (when facts are kept at all)."""
+        if self.kept is not None and self.refresher is None:
+            self.refresher = FactRefresher(
+                self.refresh_facts, self.config.agent.facts_refresh_s, self.node
+            )
+            self.refresher.start()
+
     def close(self) -> None:
-        """Stop watching and let go of NVML (the agent is stopping)."""
+        """Stop reading and watching, and let go of NVML (the agent is stopping)."""
+        if self.refresher is not None:
+            self.refresher.stop()
         with self._nvml_lock:
             if self._retake is not None:
                 self._retake.cancel()
@@ -188,6 +249,7 @@ class Agent:
                 env,
                 nvml=self.nvml,
                 nvml_xids=self.xids.recent if self.xids is not None else None,
+                kept=self.kept,
             )
         except Exception as exc:  # the Prolog runs the screen itself, as before the agent
             log.error("role_crashed", error=f"{type(exc).__name__}: {exc}")
@@ -236,11 +298,21 @@ def run_agent(config: Config, screen: Screen, node: str) -> int:
     for line in deprecations(config):
         log.warning("config_deprecated_key", detail=line)
     nvml, held = open_nvml(config, node)
-    xids = None
-    if config.agent.watch_xids:
-        xids = XidWatch(nvml, node, window_s=config.health.kernel_window_s)
-        xids.start()
-    agent = Agent(config, node, screen, nvml=nvml, nvml_held=held, xids=xids)
+    settings = config.agent
+    kept = FactCache(settings.facts_max_age_s) if settings.facts_max_age_s > 0 else None
+    if kept is not None and settings.facts_refresh_s >= settings.facts_max_age_s:
+        log.warning(
+            "agent_facts_refresh_too_slow",
+            hint="agent.facts_refresh_s should be below agent.facts_max_age_s, or Prologs"
+            " between refreshes read the facts themselves",
+        )
+    agent = Agent(config, node, screen, nvml=nvml, nvml_held=held, kept=kept)
+    if settings.watch_xids:
+        agent.xids = XidWatch(
+            nvml, node, window_s=config.health.kernel_window_s, on_xid=agent.facts_changed
+        )
+        agent.xids.start()
+    agent.start_refreshing()
     stop = threading.Event()
     try:
         listener = bind_socket(config.agent.socket, setting="agent.socket", daemon="agent")
@@ -249,7 +321,13 @@ def run_agent(config: Config, screen: Screen, node: str) -> int:
         raise
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    log.info("agent_started", socket=config.agent.socket, nvml_held=held, xids=xids is not None)
+    log.info(
+        "agent_started",
+        socket=config.agent.socket,
+        nvml_held=held,
+        xids=agent.xids is not None,
+        facts_max_age_s=settings.facts_max_age_s if kept is not None else 0,
+    )
     notify_ready()
     try:
         serve(listener, agent, stop)

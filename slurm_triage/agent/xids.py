@@ -40,9 +40,11 @@ class XidWatch(threading.Thread):
         poll_ms: int = 1000,
         retry_s: float = 30.0,
         clock: Callable[[], float] = time.time,
+        on_xid: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="slurm-triage-agent-xids", daemon=True)
         self._nvml, self._node, self._window_s = nvml, node, window_s
+        self._on_xid = on_xid  # the agent's: its kept facts predate the XID
         self._poll_ms, self._retry_s, self._clock = poll_ms, retry_s, clock
         self._events: collections.deque[KernelEvent] = collections.deque(maxlen=MAX_EVENTS)
         self._lock = threading.Lock()
@@ -170,6 +172,8 @@ class XidWatch(threading.Thread):
         with self._lock:
             self._events.append(seen)
         self._log.warning("agent_xid_event", xid=xid, pci_bus_id=bus)
+        if self._on_xid is not None:
+            self._on_xid()
 
 
 def _kernel_bdf(bus_id: Any) -> str | None:

@@ -33,6 +33,7 @@ from slurm_triage.health_checks import (
     mounts,
     registry,
 )
+from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.health_checks.host import read_host
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.nvml_xids import merge as nvml_xids_merge
@@ -55,7 +56,9 @@ class FactSources:
 
     `nvml`: the NVML module a resident process holds open (the node agent), else this run
     loads its own; `nvml_xids`: the XIDs that process's NVML event watcher saw (kernel
-    events, merged into the kernel log's: health_checks.nvml_xids)."""
+    events, merged into the kernel log's: health_checks.nvml_xids); `kept`: that
+    process's facts from earlier reads, used while fresh and given what this run reads
+    (health_checks.fact_cache)."""
 
     def __init__(
         self,
@@ -65,9 +68,11 @@ class FactSources:
         *,
         nvml: Any = None,
         nvml_xids: Callable[[], Sequence[KernelEvent]] | None = None,
+        kept: FactCache | None = None,
     ) -> None:
         self._config, self._node, self._timeout_s = config, node, timeout_s
         self._cache: dict[str, Any] = {}
+        self._kept = kept
         c = config
         watched = nvml_xids or tuple
         self._readers: dict[str, Callable[[], Any]] = {
@@ -91,10 +96,20 @@ class FactSources:
 
     def get(self, source: str) -> Any:
         if source not in self._cache:
-            self._cache[source] = self._read_bounded(source)
+            fresh, value = self._kept.fresh(source) if self._kept else (False, None)
+            self._cache[source] = value if fresh else self.refresh(source)
         value = self._cache[source]
         if isinstance(value, FactError):
             raise value
+        return value
+
+    def refresh(self, source: str) -> Any:
+        """Read `source` now, whatever is kept, and keep what the read gave."""
+        if self._kept is None:
+            return self._read_bounded(source)
+        generation, read_at = self._kept.generation(), self._kept.now()
+        value = self._read_bounded(source)
+        self._kept.keep(source, value, generation, read_at)
         return value
 
     def _read_bounded(self, source: str) -> Any:
@@ -188,12 +203,18 @@ class Run:
     save_state: bool = True  # false for a dry run: counters and baselines stay as they were
     nvml: Any = None  # FactSources': NVML held open by the node agent
     nvml_xids: Callable[[], Sequence[KernelEvent]] | None = None  # and its watcher's XIDs
+    kept: FactCache | None = None  # and the facts it keeps fresh
 
     def execute(self) -> RunReport:
         started_wall, started = time.time(), time.monotonic()
         health = self.config.health
         sources = FactSources(
-            health, self.node, health.check_timeout_s, nvml=self.nvml, nvml_xids=self.nvml_xids
+            health,
+            self.node,
+            health.check_timeout_s,
+            nvml=self.nvml,
+            nvml_xids=self.nvml_xids,
+            kept=self.kept,
         )
         base: dict[str, Any] = {
             "config": health,
@@ -250,6 +271,10 @@ class Run:
                 **previous.get(aer.COUNTERS_KEY, {}),
                 **aer.counters(devices),
             }
+        if counters == previous:
+            # Facts the agent kept (fact_cache) give the counters saved after their first
+            # use: an fsynced write per job start for nothing.
+            return
         path = _state_path(self.config, self.node)
         try:
             write_atomically(path, json.dumps({"node": self.node, "counters": counters}))
@@ -269,10 +294,11 @@ def run_checks(
     save_state: bool = True,
     nvml: Any = None,
     nvml_xids: Callable[[], Sequence[KernelEvent]] | None = None,
+    kept: FactCache | None = None,
 ) -> RunReport:
     """Run the checks a mode selects (registry.select): the Prolog's fast set under its
-    deadline, stopping at the first hard failure; every check for the others. `nvml` and
-    `nvml_xids` are the node agent's (FactSources)."""
+    deadline, stopping at the first hard failure; every check for the others. `nvml`,
+    `nvml_xids` and `kept` are the node agent's (FactSources)."""
     specs = registry.select(only, everything)
     prolog = mode == "prolog"
     return Run(
@@ -286,4 +312,5 @@ def run_checks(
         save_state=save_state,
         nvml=nvml,
         nvml_xids=nvml_xids,
+        kept=kept,
     ).execute()

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 
 # typing's flag without importing typing (milliseconds on every job start): mypy takes any
 # name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from slurm_triage.agent.client import Reply
     from slurm_triage.config import Config
     from slurm_triage.decider.client import Reply as DeciderReply
@@ -83,7 +84,7 @@ def _prolog_here(reply: Reply) -> Callable[[Config], int]:
 
         log = get_logger(role="prolog")
         # No agent installed is a supported set-up (info); an agent that fails is not.
-        level = log.info if reply.outcome is Outcome.NOT_RUNNING else log.warning
+        level = log.info if reply.outcome == Outcome.NOT_RUNNING else log.warning
         level(
             "prolog_agent_fallback",
             outcome=str(reply.outcome),

@@ -27,6 +27,7 @@ from slurm_triage.prolog_epilog.job_end import slurm_env
 
 if TYPE_CHECKING:
     from slurm_triage.evidence import KernelEvent
+    from slurm_triage.health_checks.fact_cache import FactCache
 
 # A node that passes (nearly every job start) needs none of what acts on a failure: the
 # door to Slurm, the policies and the root record's writer are imported when one is found.
@@ -38,12 +39,14 @@ def prolog(
     *,
     nvml: Any = None,
     nvml_xids: Callable[[], Sequence[KernelEvent]] | None = None,
+    kept: FactCache | None = None,
 ) -> int:
     """Prolog= : the fast screen. Non-zero only for a hard failure on this node.
 
     `env` is the Prolog's environment (this process's by default; the node agent passes
-    the one its client sent), `nvml` and `nvml_xids` the agent's NVML held open and its
-    event watcher's XIDs (health_checks.runner.FactSources)."""
+    the one its client sent), `nvml`, `nvml_xids` and `kept` the agent's NVML held open,
+    its event watcher's XIDs and the facts it keeps fresh
+    (health_checks.runner.FactSources)."""
     env = os.environ if env is None else env
     _prepare_job_dir(config, env)
     # The job's GPUs (SLURM_JOB_GPUS): on a shared node the others are other jobs'.
@@ -54,6 +57,7 @@ def prolog(
         job=job_scope(env),
         nvml=nvml,
         nvml_xids=nvml_xids,
+        kept=kept,
     )
     log_report(report)
     record(config, report)

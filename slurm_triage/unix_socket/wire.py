@@ -1,18 +1,25 @@
 """Bounded reads of one line and the peer's uid, for both ends of a local socket.
 
-Standard library only (json, socket, struct, time): the per-job clients (the Prolog's,
-EpilogSlurmctld's) import it before anything else and must stay light.
+The per-job clients (the Prolog's, EpilogSlurmctld's) import it before anything else, so
+it imports only what Python's own start has (sys, time) and the C modules under `socket`
+and `json` (_socket; _json through json_text): `socket` and `json` import enum, selectors
+and re, each ~10 ms on a loaded node (issue 20). A socket.socket is a _socket.socket.
 """
 
 from __future__ import annotations
 
-import json
-import socket
-import struct
+import _socket
+import sys
 import time
-from collections.abc import Mapping
 
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (socket(7) SO_PEERCRED)
+from slurm_triage.unix_socket import json_text
+
+TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+# struct ucred (socket(7) SO_PEERCRED): pid, uid, gid, three native C ints.
+_UCRED_SIZE = 12
 
 
 class ProtocolError(ValueError):
@@ -44,7 +51,7 @@ def answer_json(line: bytes, version: int, server: str) -> dict[str, object]:
     """An answer line as the JSON object of protocol `version`; Refused for an error answer,
     ProtocolError for anything else."""
     try:
-        data = json.loads(line.decode("utf-8"))
+        data = json_text.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError("answer is not one JSON line") from None
     if not isinstance(data, dict) or data.get("v") != version:
@@ -54,13 +61,13 @@ def answer_json(line: bytes, version: int, server: str) -> dict[str, object]:
     return data
 
 
-def peer_uid(conn: socket.socket) -> int:
+def peer_uid(conn: _socket.socket) -> int:
     """The process at the other end's uid, from the kernel (SO_PEERCRED), not its bytes."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    return int(_UCRED.unpack(raw)[1])
+    raw = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED_SIZE)
+    return int.from_bytes(raw[4:8], sys.byteorder, signed=True)
 
 
-def read_request(conn: socket.socket, timeout_s: float, max_bytes: int) -> bytes:
+def read_request(conn: _socket.socket, timeout_s: float, max_bytes: int) -> bytes:
     """One request line without its newline, within `timeout_s` in all; ProtocolError for
     a line past `max_bytes`, a slow or silent client, or a close before the newline."""
     deadline = time.monotonic() + timeout_s
@@ -90,7 +97,7 @@ class LineReader:
     wait longer for a second line than for the first); bytes past a line are kept for the
     next one."""
 
-    def __init__(self, conn: socket.socket, max_bytes: int) -> None:
+    def __init__(self, conn: _socket.socket, max_bytes: int) -> None:
         self.conn, self.max_bytes = conn, max_bytes
         self._pending = b""
 

@@ -26,6 +26,7 @@ from slurm_triage.agent.client import Outcome
 from slurm_triage.agent.server import Agent, open_nvml, serve
 from slurm_triage.agent.xids import XidWatch
 from slurm_triage.config import Config, load_config
+from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.logs import setup_logging
 from slurm_triage.prolog_epilog.entry import prolog_main
 from slurm_triage.prolog_epilog.prolog import prolog
@@ -93,12 +94,16 @@ def node(tmp_path: Path) -> Node:
 
 @contextlib.contextmanager
 def serving(
-    config: Config, screen: Callable[..., int] = prolog, *, xids: XidWatch | None = None
+    config: Config,
+    screen: Callable[..., int] = prolog,
+    *,
+    xids: XidWatch | None = None,
+    kept: FactCache | None = None,
 ) -> Iterator[Agent]:
     """The agent's server in a thread of this process, on config.agent.socket."""
     listener = bind_socket(config.agent.socket)
     nvml, held = open_nvml(config, "node1")
-    agent = Agent(config, "node1", screen, nvml=nvml, nvml_held=held, xids=xids)
+    agent = Agent(config, "node1", screen, nvml=nvml, nvml_held=held, xids=xids, kept=kept)
     stop = threading.Event()
     thread = threading.Thread(target=serve, args=(listener, agent, stop), daemon=True)
     thread.start()
@@ -241,7 +246,7 @@ def test_without_an_agents_verdict_the_prolog_screens_itself(
     node: Node,
     monkeypatch: pytest.MonkeyPatch,
     agent: Callable[[str], contextlib.AbstractContextManager[None]],
-    outcome: Outcome,
+    outcome: str,
     fault: str | None,
 ) -> None:
     """The Prolog entry exits as the screen in this process says (0 healthy, 1 broken),
@@ -260,8 +265,8 @@ def test_without_an_agents_verdict_the_prolog_screens_itself(
         assert prolog_main() == expected
     assert time.monotonic() - started < 8
     (fallback,) = node.events("prolog_agent_fallback")
-    assert fallback["outcome"] == outcome.value
-    assert fallback["level"] == ("info" if outcome is Outcome.NOT_RUNNING else "warning")
+    assert fallback["outcome"] == outcome
+    assert fallback["level"] == ("info" if outcome == Outcome.NOT_RUNNING else "warning")
 
 
 def test_an_agent_that_refuses_leaves_the_screen_to_the_prolog(
@@ -557,3 +562,107 @@ def test_the_nodes_gpu_reset_asks_the_agent_to_let_go(node: Node) -> None:
     taken = node.events("agent_nvml_taken_back")
     assert len(released) == len(taken) == 1
     assert released[0]["seconds"] > 120  # at least one reset's longest time
+
+
+# -- fresh facts: the agent's kept facts (health_checks.fact_cache, agent.refresh) ------------
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_prolog_uses_the_kept_facts_while_fresh_and_reads_them_again_after(node: Node) -> None:
+    """Facts read in the background before GPU 2 fell off the bus (XID 79, NVML and the
+    kernel log both say so) still pass a job within facts_max_age_s: that is the bargain.
+    Past it the Prolog reads them itself and turns the job away, as a cold one does."""
+    clock = Clock()
+    kept = FactCache(30.0, clock)
+    with serving(node.config, kept=kept) as agent:
+        agent.refresh_facts()
+        assert all(kept.fresh(source)[0] for source in server.prolog_sources())
+        inject(node.estate, "xid", 79, gpu=2)
+        clock.now += 29
+        assert client.ask_agent(node.env(101)).exit_status == 0
+        clock.now += 2
+        assert client.ask_agent(node.env(102)).exit_status == 1
+        assert ("gpu.lost", "FAIL") in [(c, s) for c, s, _ in node.verdict()]
+        # What that Prolog read is kept for the next one.
+        assert client.ask_agent(node.env(103)).exit_status == 1
+    assert prolog(node.config, node.env(104)) == 1
+
+
+def test_an_xid_the_watcher_sees_drops_the_kept_facts(node: Node) -> None:
+    """XID 109 seen by the agent's NVML watcher after the background read: the kept facts
+    predate it, so they are dropped, and the next Prolog reads again and fails gpu.xid."""
+    kept = FactCache(3600.0)
+    nvml, _ = open_nvml(node.config, "node1")
+    nvml.nvmlShutdown()
+    with serving(node.config, kept=kept) as agent:
+        agent.refresh_facts()
+        watch = XidWatch(nvml, "node1", window_s=600, poll_ms=50, on_xid=agent.facts_changed)
+        agent.xids = watch
+        watch.start()
+        try:
+            assert watch.watching.wait(10)
+            inject(node.estate, "xid", 109, gpu=5)
+            deadline = time.monotonic() + 10
+            while kept.fresh("kernel")[0]:
+                assert time.monotonic() < deadline, "the XID did not drop the kept facts"
+                time.sleep(0.02)
+            reply = client.ask_agent(node.env(111))
+        finally:
+            watch.stop()
+    assert reply.exit_status == 1
+    assert ("gpu.xid", "FAIL") in [(c, s) for c, s, _ in node.verdict()]
+
+
+def test_nvml_is_not_read_in_the_background_while_let_go_for_a_reset(node: Node) -> None:
+    """release_nvml drops the kept NVML facts and the background read leaves NVML alone
+    (an nvmlInit would make NVIDIA refuse the reset); taking NVML back drops every kept
+    fact, the GPUs having been reset."""
+    kept = FactCache(3600.0)
+    with serving(node.config, kept=kept) as agent:
+        agent.refresh_facts()
+        ask = (node.socket, 0.5, 20.0)
+        assert client.release_nvml(ask[0], 300, *ask[1:])[:2] == (Outcome.ANSWERED, 300)
+        assert kept.fresh("nvml") == (False, None)
+        inits = []
+        real_init = agent.nvml.nvmlInit
+        agent.nvml.nvmlInit = lambda: inits.append(1) or real_init()
+        agent.refresh_facts()
+        assert inits == [] and kept.fresh("nvml") == (False, None)
+        assert kept.fresh("kernel")[0]
+        assert client.release_nvml(ask[0], 0, *ask[1:])[:2] == (Outcome.ANSWERED, 0)
+        assert not any(kept.fresh(source)[0] for source in server.prolog_sources())
+        agent.refresh_facts()
+        assert kept.fresh("nvml")[0] and inits
+
+
+def test_the_agent_process_keeps_facts_fresh_in_the_background(node: Node) -> None:
+    """`slurm-triage agent` reads the facts when it starts and every facts_refresh_s: a
+    fault made after a refresh is seen by a Prolog once the next refresh has run, without
+    the Prolog reading anything itself."""
+    config = Node(node.root, Path(node.socket).parent, facts_refresh_s=1, facts_max_age_s=600)
+    env = {**os.environ, "SLURM_TRIAGE_CONFIG": str(config.config_path)}
+    agent = subprocess.Popen([str(BIN / "slurm-triage"), "agent", "--node", "node1"], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not node.events("agent_started"):
+            assert agent.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert node.events("agent_started")[0]["facts_max_age_s"] == 600
+        assert client.ask_agent(node.env(121)).exit_status == 0
+        inject(node.estate, "xid", 79, gpu=2)
+        deadline = time.monotonic() + 30
+        while client.ask_agent(node.env(122)).exit_status != 1:
+            assert time.monotonic() < deadline, "the background read never saw the fault"
+            time.sleep(0.2)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(30) == 0

@@ -87,6 +87,16 @@ NOT_IN_AGENT_CLIENT = (
     "slurm_triage.health_checks",
     "slurm_triage.prolog_epilog.prolog",
     "pynvml",
+    # Nor what socket, json and enum bring (each costs as much as Python's start: issue 20):
+    # the client uses _socket and _json (unix_socket.json_text) and classes of constants.
+    "socket",
+    "selectors",
+    "json",
+    "re",
+    "enum",
+    "functools",
+    "collections",
+    "struct",
 )
 # A job end's decision acts on jobs and drains through actuator.jobs: the node side of the
 # actuator, the node policy and the health checks belong to a health run.
@@ -103,22 +113,30 @@ NOT_IN_DECISION = (
 
 # A module that is only slurm_triage's stand-in for it (inspect, until its first use) was
 # not imported: a stand-in has no __spec__.
+# The list is taken before json is imported to write it.
 REPORT = (
-    "import atexit, json, os, sys\n"
+    "import atexit, os, sys\n"
     "def _report():\n"
     "    loaded = [n for n, m in sys.modules.items() if getattr(m, '__spec__', 1) is not None]\n"
+    "    import json\n"
     "    with open(os.environ['MODULES_OUT'], 'w') as out:\n"
     "        json.dump(sorted(loaded), out)\n"
     "atexit.register(_report)\n"
 )
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _imported(code: str, tmp_path: Path, env: dict[str, str]) -> set[str]:
-    """The modules a fresh interpreter holds after running `code` (reported at exit)."""
+def _imported(code: str, tmp_path: Path, env: dict[str, str], *, site: bool = True) -> set[str]:
+    """The modules a fresh interpreter holds after running `code` (reported at exit).
+    `site=False`: without the site module, so without the dev venv's editable install,
+    whose finder imports re, enum and pathlib at every start (a node's install does not):
+    for a path that must not import them, and needs nothing outside this tree."""
     out = tmp_path / "modules.json"
+    flags = [] if site else ["-S"]
+    extra = {} if site else {"PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", REPORT + code],
-        env={**os.environ, **env, "MODULES_OUT": str(out)},
+        [sys.executable, *flags, "-c", REPORT + code],
+        env={**os.environ, **env, **extra, "MODULES_OUT": str(out)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -178,7 +196,7 @@ def test_prolog_answered_by_the_node_agent(tmp_path: Path) -> None:
         "sys.exit(prolog_main())\n"
     )
     with serving(node.config):
-        modules = _imported(code, tmp_path, env)
+        modules = _imported(code, tmp_path, env, site=False)
     assert [e["job_id"] for e in node.events("role_done") if e.get("via") == "agent"] == ["5"]
     assert "slurm_triage.agent.client" in modules
     assert _present(modules, NEVER + NOT_ON_NODE + NOT_IN_PROLOG + NOT_IN_AGENT_CLIENT) == []

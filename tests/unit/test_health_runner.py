@@ -10,6 +10,7 @@ import pytest
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig
 from slurm_triage.health_checks import registry
+from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.health_checks.result import CheckStatus, RunReport
 from slurm_triage.health_checks.runner import Run
 from slurm_triage.policies.nodes import NodeOutcome, decide_node
@@ -97,6 +98,26 @@ def test_rising_counters_across_runs(setup) -> None:  # type: ignore[no-untyped-
     counter.write_text("1\n")
     (result,) = run(config, ("ib.ports",)).results
     assert result.failed and "mlx5_1:1 link_downed rose 0->1" in result.reason
+
+
+def test_runs_on_kept_facts_rewrite_no_counters_and_judge_a_rise_once(setup) -> None:  # type: ignore[no-untyped-def]
+    """The node agent's kept facts (fact_cache): the runs after the first give the counters
+    already saved, so the state file is not written again (an fsync per job start); facts
+    read again after a rise are judged against the saved counters once, as without them."""
+    config, estate = setup
+    kept = FactCache(3600.0)
+    state = Path(config.paths.state_dir) / "health" / "node2.json"
+    assert run(config, ("ib.ports",), kept=kept).all_passed
+    written = state.stat().st_ino
+    assert run(config, ("ib.ports",), kept=kept).all_passed
+    assert state.stat().st_ino == written
+    counter = estate.sysfs / "class/infiniband/mlx5_1/ports/1/counters/link_downed"
+    counter.write_text("1\n")
+    assert run(config, ("ib.ports",), kept=kept).all_passed  # the facts kept predate it
+    kept.forget()
+    (result,) = run(config, ("ib.ports",), kept=kept).results
+    assert result.failed and "mlx5_1:1 link_downed rose 0->1" in result.reason
+    assert state.stat().st_ino != written
 
 
 def _node(
