@@ -10,7 +10,6 @@ imported only when asked for, since the wrapper and the Prolog import this on ev
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from slurm_triage.config import HealthConfig, node_path
@@ -21,6 +20,8 @@ def nvml_module(config: HealthConfig, node: str) -> Any:
     simulated device cgroup, $SLURM_TRIAGE_SIMULATE_CGROUP_GPUS: the /dev/nvidiaN minor
     numbers it allows, as Slurm's ConstrainDevices would)."""
     if config.nvml == "simulated":
+        from pathlib import Path
+
         from slurm_triage.simulate.estate import NodeEstate, cgroup_minors
         from slurm_triage.simulate.fake_pynvml import FakeNvml
 
@@ -34,6 +35,8 @@ def nvml_module(config: HealthConfig, node: str) -> Any:
 def simulated_gpu_reset(config: HealthConfig, node: str, index: int) -> tuple[bool, str]:
     """Reset GPU `index` of this node's simulated estate, as `nvidia-smi --gpu-reset` would
     (health_checks.gpu_reset's stand-in where there are no GPUs): (done, what it said)."""
+    from pathlib import Path
+
     from slurm_triage.simulate.estate import InjectError, NodeEstate, inject
 
     estate = NodeEstate(Path(node_path(config.simulate_root, node)), node)
@@ -44,14 +47,26 @@ def simulated_gpu_reset(config: HealthConfig, node: str, index: int) -> tuple[bo
 
 
 def read_pci_gpus(sysfs_root: str) -> tuple[str, ...]:
-    """Bus ids (dddd:bb:dd.f) of NVIDIA display/3D controllers on the PCI bus, sorted."""
+    """Bus ids (dddd:bb:dd.f) of NVIDIA display/3D controllers on the PCI bus, sorted. (The
+    wrapper asks on every rank: os rather than pathlib, whose import costs a third of
+    Python's start: issue 20.)"""
+    devices = os.path.join(sysfs_root, "bus/pci/devices")
+    try:
+        names = sorted(os.listdir(devices))  # as Path.glob("*"): hidden names too
+    except OSError:
+        names = []  # no such directory, or not one: none on the bus
     found = []
-    for dev in sorted(Path(sysfs_root, "bus/pci/devices").glob("*")):
+    for name in names:
         try:
-            vendor = (dev / "vendor").read_text().strip()
-            klass = (dev / "class").read_text().strip()
+            vendor = _read_text(os.path.join(devices, name, "vendor"))
+            klass = _read_text(os.path.join(devices, name, "class"))
         except OSError:
             continue
         if vendor == "0x10de" and klass[:6] in ("0x0302", "0x0300"):
-            found.append(dev.name)
+            found.append(name)
     return tuple(found)
+
+
+def _read_text(path: str) -> str:
+    with open(path) as file:  # noqa: PLW1514 (as Path.read_text: the locale's encoding)
+        return file.read().strip()

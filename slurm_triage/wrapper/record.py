@@ -14,7 +14,6 @@ import math
 import os
 import stat
 from collections.abc import Sequence
-from pathlib import Path
 
 from slurm_triage.atomic import write_atomically
 from slurm_triage.evidence import (
@@ -141,10 +140,11 @@ def _sane_time(fact: Fact) -> Fact:
     return dataclasses.replace(fact, time=None)
 
 
-def write_record(evidence_dir: str | os.PathLike[str], identity: StepIdentity, data: bytes) -> Path:
-    """Atomically write `data` as this rank's record; RecordError (one line) on failure."""
-    job_dir = _job_dir(Path(evidence_dir), identity.job_id)
-    final = job_dir / identity.record_name
+def write_record(evidence_dir: str | os.PathLike[str], identity: StepIdentity, data: bytes) -> str:
+    """Atomically write `data` as this rank's record; RecordError (one line) on failure.
+    (os.path: pathlib is no import of the wrapper's, issue 20.)"""
+    job_dir = _job_dir(os.fspath(evidence_dir), identity.job_id)
+    final = os.path.join(job_dir, identity.record_name)
     try:
         write_atomically(final, data, mode=RECORD_MODE)
     except OSError as exc:
@@ -152,11 +152,11 @@ def write_record(evidence_dir: str | os.PathLike[str], identity: StepIdentity, d
     return final
 
 
-def _job_dir(evidence_dir: Path, job_id: str) -> Path:
+def _job_dir(evidence_dir: str, job_id: str) -> str:
     """`<evidence_dir>/<job>`, created 0755 if missing; refused if it is not ours to write."""
-    if not evidence_dir.is_dir():
+    if not os.path.isdir(evidence_dir):
         raise RecordError(f"evidence directory {evidence_dir} does not exist")
-    path = evidence_dir / job_id
+    path = os.path.join(evidence_dir, job_id)
     try:
         os.mkdir(path, JOB_DIR_MODE)
         os.chmod(path, JOB_DIR_MODE)  # mkdir's mode is filtered by the umask
