@@ -18,13 +18,14 @@ sees every event).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import syslog
 import time
 from _thread import allocate_lock  # threading.Lock itself, without threading (issue 20)
 from collections.abc import Callable, Iterator
+
+from slurm_triage.json_codec import dumps_with
 
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
@@ -202,7 +203,11 @@ def _emit(level: str, bound: dict[str, Any], event: str, fields: dict[str, Any])
 
         event_dict = dict(dict_tracebacks(None, level, event_dict))
     event_dict.setdefault("program", sink.program)
-    sink.writer(level, json.dumps(event_dict, default=_json_default))
+    sink.writer(level, _dumps(event_dict))
+
+
+# json.dumps(..., default=_json_default), without importing json (issue 20).
+_dumps = dumps_with(default=_json_default)
 
 
 def _utc_timestamp(ns: int) -> str:

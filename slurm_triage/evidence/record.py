@@ -13,7 +13,6 @@ int), capped string lengths and fact counts, finite numbers only. Anything wrong
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from enum import StrEnum
 
@@ -28,6 +27,7 @@ from slurm_triage.evidence.facts import (
     Source,
 )
 from slurm_triage.frozen import Frozen
+from slurm_triage.json_codec import dumps_with, loads_with
 from slurm_triage.taxonomy import Cause
 
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
@@ -89,7 +89,12 @@ def record_to_json(record: EvidenceRecord) -> bytes:
         "collected_by": record.collected_by.value,
         "facts": [fact_to_dict(f) for f in record.facts],
     }
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return _dumps(doc).encode()
+
+
+# json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False), without
+# importing json: the wrapper writes a record on every rank, and reads none (issue 20).
+_dumps = dumps_with(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def parse_record(
@@ -128,7 +133,7 @@ def _load_json(data: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise EvidenceError(f"evidence record is not UTF-8 (byte {exc.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        return _loads(text)
     except RecursionError:
         raise EvidenceError("evidence record is nested too deeply") from None
     except EvidenceError:
@@ -148,6 +153,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _no_constant(name: str) -> Any:
     raise EvidenceError(f"{name} is not allowed in an evidence record")
+
+
+# json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant), which
+# imports json only to raise its error: the wrapper reads back each record it writes.
+_loads = loads_with(object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
 
 
 def _record(doc: Any, max_facts: int) -> EvidenceRecord:

@@ -11,7 +11,6 @@ created complete or not at all (temp file + link). Standard library only.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import stat
@@ -119,6 +118,8 @@ def error_document(exc: BaseException, when: float | None = None) -> bytes:
         "time": time.time() if when is None else when,
         "pid": os.getpid(),
     }
+    import json  # the trainer's side, after its exception: the wrapper never writes one
+
     return json.dumps(doc, ensure_ascii=True).encode()
 
 
@@ -180,6 +181,8 @@ def read_error_file(path: str, max_bytes: int = MAX_ERROR_FILE_BYTES) -> ErrorRe
 
 def parse_error_document(data: bytes, where: str = "error file") -> ErrorReport:
     """Strictly parse what `error_document` wrote; ErrorFileError naming the first problem."""
+    import json  # only when the command left an error file (issue 20)
+
     try:
         doc = json.loads(data.decode("utf-8"), parse_constant=_reject)
     except (UnicodeDecodeError, ValueError) as exc:

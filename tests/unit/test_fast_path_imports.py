@@ -72,8 +72,18 @@ NOT_IN_A_QUIET_SUCCESS = (
 # Nor what every rank's `wrap` needs no longer (issue 20): argparse with gettext and locale
 # (cli.wrap_cmd reads wrap's plain arguments itself and leaves --help and errors to it), and
 # pathlib with urllib.parse, ipaddress and fnmatch (the config, the record and the PCI bus
-# are read with os.path).
-NOT_IN_WRAP = ("argparse", "gettext", "locale", "pathlib", "urllib", "ipaddress", "fnmatch")
+# are read with os.path), and json (its log lines and its record are written, and the record
+# read back, on json's own C accelerator: slurm_triage.json_codec).
+NOT_IN_WRAP = (
+    "argparse",
+    "gettext",
+    "locale",
+    "pathlib",
+    "urllib",
+    "ipaddress",
+    "fnmatch",
+    "json",
+)
 # A Prolog on a node that passes does not attribute anything.
 NOT_IN_PROLOG = ("slurm_triage.attribution.engine", "slurm_triage.attribution.signatures")
 # A Prolog the node agent answers: the client alone (socket, struct, json). None of the
