@@ -14,14 +14,14 @@ environment, so a refusal never changes a verdict. `release_nvml` is the GPU res
 (prolog_epilog.gpu_repair): NVIDIA refuses a reset while any process holds the GPU, the
 agent included, so it lets go of NVML for `seconds` (0: take it back now).
 The Prolog's client imports it on every job start, so it imports nothing Python's own start
-has not loaded but unix_socket's wire and json_text (C modules under socket and json): no
+has not loaded but unix_socket's wire and json_codec (C modules under socket and json): no
 json, enum or typing (each as costly as Python's start: issue 20). Hence RequestKind is a
 class of constants, not an enum.
 """
 
 from __future__ import annotations
 
-from slurm_triage.unix_socket.json_text import dumps, loads
+from slurm_triage.json_codec import dumps_with, loads_with
 from slurm_triage.unix_socket.wire import ProtocolError, answer_json
 from slurm_triage.unix_socket.wire import Refused as Refused  # this protocol's error answer
 
@@ -42,6 +42,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it a
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+dumps, loads = dumps_with(), loads_with()  # json.dumps, json.loads
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 

@@ -2,8 +2,9 @@
 
 The per-job clients (the Prolog's, EpilogSlurmctld's) import it before anything else, so
 it imports only what Python's own start has (sys, time) and the C modules under `socket`
-and `json` (_socket; _json through json_text): `socket` and `json` import enum, selectors
-and re, each ~10 ms on a loaded node (issue 20). A socket.socket is a _socket.socket.
+and `json` (_socket; _json through slurm_triage.json_codec): `socket` and `json` import
+enum, selectors and re, each ~10 ms on a loaded node (issue 20). A socket.socket is a
+_socket.socket.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import _socket
 import sys
 import time
 
-from slurm_triage.unix_socket import json_text
+from slurm_triage.json_codec import loads_with
 
 TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+_loads = loads_with()  # json.loads
 
 # struct ucred (socket(7) SO_PEERCRED): pid, uid, gid, three native C ints.
 _UCRED_SIZE = 12
@@ -51,7 +54,7 @@ def answer_json(line: bytes, version: int, server: str) -> dict[str, object]:
     """An answer line as the JSON object of protocol `version`; Refused for an error answer,
     ProtocolError for anything else."""
     try:
-        data = json_text.loads(line.decode("utf-8"))
+        data = _loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError("answer is not one JSON line") from None
     if not isinstance(data, dict) or data.get("v") != version:
