@@ -103,7 +103,7 @@ NOT_IN_AGENT_CLIENT = (
     "slurm_triage.prolog_epilog.prolog",
     "pynvml",
     # Nor what socket, json and enum bring (each costs as much as Python's start: issue 20):
-    # the client uses _socket and _json (unix_socket.json_text) and classes of constants.
+    # the client uses _socket and _json (slurm_triage.json_codec) and classes of constants.
     "socket",
     "selectors",
     "json",
