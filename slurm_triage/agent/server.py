@@ -212,6 +212,10 @@ class Agent:
         for source in self._sources:
             if source == "nvml" and self.nvml_released:
                 continue  # a GPU reset is under way: NVIDIA refuses it while NVML is held
+            if sources.still_reading(source):
+                # Its last read hung and was abandoned: one more thread a turn would grow
+                # the agent without bound. What that read gave stays kept until too old.
+                continue
             sources.refresh(source)
 
     def start_refreshing(self) -> None:

@@ -6,6 +6,7 @@ garbage; peers refused by uid; bad requests answered and survived; concurrent Pr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -666,3 +667,25 @@ def test_the_agent_process_keeps_facts_fresh_in_the_background(node: Node) -> No
     finally:
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(30) == 0
+
+
+def test_a_hung_read_is_not_started_again_beside_itself(node: Node) -> None:
+    """NVML hangs: the background read of it is abandoned at health.check_timeout_s and
+    kept as UNKNOWN's reason; later turns start no second reading thread beside the hung
+    one (one a turn would grow the agent without bound), and read the other sources."""
+    config = Node(node.root, Path(node.socket).parent).config
+    config = dataclasses.replace(
+        config, health=dataclasses.replace(config.health, check_timeout_s=0.2)
+    )
+    kept = FactCache(3600.0)
+    with serving(config, kept=kept) as agent:
+        inject(node.estate, "nvml_hang", 20)
+        agent.refresh_facts()
+        fresh, value = kept.fresh("nvml")
+        assert fresh and "timed out" in str(value)
+        kept.forget()
+        for _ in range(3):
+            agent.refresh_facts()
+        readers = [t for t in threading.enumerate() if t.name == "facts-nvml" and t.is_alive()]
+        assert len(readers) == 1
+        assert kept.fresh("kernel")[0] and not kept.fresh("nvml")[0]
