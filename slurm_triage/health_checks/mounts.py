@@ -36,8 +36,12 @@ class MountFacts:
 # The kernel's seq_escape in show_mountinfo: space, tab, newline and backslash as \ooo;
 # every other byte (UTF-8 names included) is written as is.
 _OCTAL = re.compile(rb"\\([0-7]{3})")
-# Probe children SIGKILLed while stuck; reaped by pid once they can exit.
-_UNREAPED: set[int] = set()
+# Probe children SIGKILLed while stuck, by pid, with the mount each probed; reaped by pid
+# once they can exit. While one is still there its mount is not probed again in this
+# process: in a resident one (the node agent reads the mounts every few seconds) a dead
+# hard mount would otherwise gain an unkillable process at every probe.
+_UNREAPED: dict[int, str] = {}
+STILL_STUCK = "an earlier probe of it is still stuck"
 
 
 def unescape_mount_point(field: str) -> str:
@@ -81,9 +85,14 @@ def probe_mounts(
     started = time.monotonic()
     children: dict[str, tuple[int, int]] = {}
     results: dict[str, MountFacts] = {}
+    _reap_stragglers()
+    stuck = set(_UNREAPED.values())
     for path in paths:
         if path not in table:
             results[path] = MountFacts(path, mounted=False)
+            continue
+        if path in stuck:
+            results[path] = MountFacts(path, True, table[path], answered=False, error=STILL_STUCK)
             continue
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -99,7 +108,7 @@ def probe_mounts(
         os.close(read_fd)
         if not ready:
             os.kill(pid, signal.SIGKILL)  # not reaped here: it may be stuck in D state
-            _UNREAPED.add(pid)
+            _UNREAPED[pid] = path
         else:
             os.waitpid(pid, 0)
         results[path] = MountFacts(
@@ -122,7 +131,7 @@ def _reap_stragglers() -> None:
         except ChildProcessError:
             done = pid  # already gone (reaped elsewhere, or not our child)
         if done == pid:
-            _UNREAPED.discard(pid)
+            del _UNREAPED[pid]
 
 
 def check_mounts(mounts: Sequence[MountFacts], timeout_s: float, **_: Any) -> CheckResult:

@@ -237,3 +237,27 @@ def test_mount_probe_reaps_only_its_own_children(tmp_path: Path) -> None:
         time.sleep(0.02)
         mounts._reap_stragglers()
     assert not mounts._UNREAPED
+
+
+def test_a_mount_whose_killed_probe_is_still_stuck_is_not_probed_again(tmp_path: Path) -> None:
+    """A probe child SIGKILLed in D state (a dead hard NFS mount) lives on until the server
+    answers: while it does, its mount is reported unanswered without forking another (the
+    node agent probes every few seconds), and probed again once that child is gone. The
+    stuck child is a process SIGKILL has not ended yet, here one that has not been sent it."""
+    import subprocess
+
+    estate = NodeEstate(tmp_path, "n").ensure()
+    paths = [str(estate.mount(m)) for m in ("home", "shared")]
+    stuck = subprocess.Popen(["sleep", "60"])
+    mounts._UNREAPED[stuck.pid] = paths[1]
+    try:
+        facts = mounts.probe_mounts(paths, estate.mountinfo.read_text(), timeout_s=2.0)
+        assert [f.answered for f in facts] == [True, False]
+        assert facts[1].error == mounts.STILL_STUCK
+        assert mounts.check_mounts(facts, 2.0).failed
+    finally:
+        stuck.kill()
+        _wait_zombie(stuck.pid)
+    facts = mounts.probe_mounts(paths, estate.mountinfo.read_text(), timeout_s=2.0)
+    assert [f.answered for f in facts] == [True, True]
+    assert stuck.pid not in mounts._UNREAPED
