@@ -11,6 +11,7 @@ A read that raises is a log line: the next one is tried at the next turn.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from slurm_triage.logs import get_logger
@@ -39,8 +40,11 @@ class FactRefresher(threading.Thread):
 
     def run(self) -> None:
         while not self._stopping:
+            started = time.monotonic()
             try:
                 self._refresh()
+                # What each turn costs the node (a screen's reads): for a site sizing the age.
+                self._log.debug("agent_facts_read", seconds=round(time.monotonic() - started, 4))
             except Exception as exc:  # our bug: Prologs read for themselves meanwhile
                 self._log.warning(
                     "agent_facts_refresh_failed", error=f"{type(exc).__name__}: {exc}"
