@@ -15,7 +15,11 @@ T = TypeVar("T")
 
 
 class CallTimedOut(Exception):
-    """The call did not return within its deadline (it may still be running)."""
+    """The call did not return within its deadline (it may still be running, in `worker`)."""
+
+    def __init__(self, message: str, worker: threading.Thread | None = None) -> None:
+        super().__init__(message)
+        self.worker = worker
 
 
 def call_with_deadline(fn: Callable[[], T], timeout_s: float, name: str = "bounded-call") -> T:
@@ -32,7 +36,7 @@ def call_with_deadline(fn: Callable[[], T], timeout_s: float, name: str = "bound
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
-        raise CallTimedOut(f"{name} did not finish within {timeout_s:g}s")
+        raise CallTimedOut(f"{name} did not finish within {timeout_s:g}s", worker)
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]

@@ -210,13 +210,19 @@ class Agent:
             kept=self.kept,
         )
         for source in self._sources:
-            if source == "nvml" and self.nvml_released:
-                continue  # a GPU reset is under way: NVIDIA refuses it while NVML is held
             if sources.still_reading(source):
                 # Its last read hung and was abandoned: one more thread a turn would grow
                 # the agent without bound. What that read gave stays kept until too old.
                 continue
-            sources.refresh(source)
+            if source != "nvml":
+                sources.refresh(source)
+                continue
+            # Under the lock release_nvml takes: a GPU reset waits for this read to let go of
+            # NVML (NVIDIA refuses a reset while any process holds it), and none starts
+            # while one is under way.
+            with self._nvml_lock:
+                if not self.nvml_released:
+                    sources.refresh(source)
 
     def start_refreshing(self) -> None:
         """Keep the facts fresh in the background (when facts are kept at all)."""

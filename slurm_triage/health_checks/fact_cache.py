@@ -29,6 +29,7 @@ class FactCache:
         self._lock = threading.Lock()
         self._facts: dict[str, tuple[Any, float]] = {}
         self._generation = 0  # forget() calls so far
+        self._hung: dict[str, threading.Thread] = {}  # reads abandoned at their timeout
 
     def generation(self) -> int:
         """Taken before a read, handed to keep() after it."""
@@ -63,3 +64,19 @@ class FactCache:
 
     def now(self) -> float:
         return self._clock()
+
+    def abandoned(self, source: str, worker: threading.Thread) -> None:
+        """A read of `source` timed out and goes on in `worker` (an NVML call cannot be
+        interrupted)."""
+        with self._lock:
+            self._hung[source] = worker
+
+    def still_reading(self, source: str) -> bool:
+        """An abandoned read of `source` is still running: starting another beside it would
+        add one more stuck thread."""
+        with self._lock:
+            worker = self._hung.get(source)
+            if worker is not None and not worker.is_alive():
+                del self._hung[source]
+                worker = None
+        return worker is not None

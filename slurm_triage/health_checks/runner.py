@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -119,28 +118,25 @@ class FactSources:
             # mounts forks its own killable children, so it runs in this thread.
             if source == "mounts":
                 return reader()
-            return call_with_deadline(reader, self._timeout_s, _reader_name(source))
-        except CallTimedOut:
+            return call_with_deadline(reader, self._timeout_s, f"facts-{source}")
+        except CallTimedOut as exc:
+            if self._kept is not None and exc.worker is not None:
+                self._kept.abandoned(source, exc.worker)
             return FactError(f"reading {source} facts timed out after {self._timeout_s:g}s")
         except Exception as exc:  # reported as the checks' UNKNOWN reason
             return FactError(
                 f"reading {source} facts failed: {type(exc).__name__}: {str(exc)[:200]}"
             )
 
-    @staticmethod
-    def still_reading(source: str) -> bool:
-        """A read of `source` abandoned at its timeout (a hung NVML call) is still running
-        in this process: the agent's background reads do not start another one beside it."""
-        name = _reader_name(source)
-        return any(t.name == name and t.is_alive() for t in threading.enumerate())
+    def still_reading(self, source: str) -> bool:
+        """A read of `source` abandoned at its timeout (a hung NVML call) by a run with the
+        same kept facts is still running: the agent's background reads do not start
+        another one beside it."""
+        return self._kept is not None and self._kept.still_reading(source)
 
     def cached(self, source: str) -> Any | None:
         value = self._cache.get(source)
         return None if isinstance(value, FactError) else value
-
-
-def _reader_name(source: str) -> str:
-    return f"facts-{source}"  # its reading thread's (deadline.call_with_deadline)
 
 
 def _state_path(config: Config, node: str) -> Path:

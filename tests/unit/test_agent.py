@@ -678,14 +678,56 @@ def test_a_hung_read_is_not_started_again_beside_itself(node: Node) -> None:
         config, health=dataclasses.replace(config.health, check_timeout_s=0.2)
     )
     kept = FactCache(3600.0)
+    before = {t for t in threading.enumerate() if t.name == "facts-nvml"}
     with serving(config, kept=kept) as agent:
-        inject(node.estate, "nvml_hang", 20)
+        inject(node.estate, "nvml_hang", 6)
         agent.refresh_facts()
         fresh, value = kept.fresh("nvml")
         assert fresh and "timed out" in str(value)
         kept.forget()
         for _ in range(3):
             agent.refresh_facts()
-        readers = [t for t in threading.enumerate() if t.name == "facts-nvml" and t.is_alive()]
+        readers = [
+            t
+            for t in threading.enumerate()
+            if t.name == "facts-nvml" and t.is_alive() and t not in before
+        ]
         assert len(readers) == 1
         assert kept.fresh("kernel")[0] and not kept.fresh("nvml")[0]
+        assert kept.still_reading("nvml")
+    inject(node.estate, "clear")  # NVML answers again: the hung read ends
+    for reader in readers:  # no thread left to the tests after this one (their counts)
+        reader.join(15)
+    assert not kept.still_reading("nvml")
+
+
+def test_a_reset_waits_for_the_background_nvml_read_under_way(node: Node) -> None:
+    """release_nvml while a background read holds NVML: the answer (after which the GPU
+    reset runs) comes only once that read has let go, so the reset does not meet it."""
+    kept = FactCache(3600.0)
+    with serving(node.config, kept=kept) as agent:
+        real_init = agent.nvml.nvmlInit
+        reading, go_on = threading.Event(), threading.Event()
+
+        def slow_init() -> None:
+            reading.set()
+            go_on.wait(10)
+            real_init()
+
+        agent.nvml.nvmlInit = slow_init
+        reader = threading.Thread(target=agent.refresh_facts)
+        reader.start()
+        assert reading.wait(10)
+        agent.nvml.nvmlInit = real_init
+        answers: list[tuple[str, int | None, str]] = []
+        releaser = threading.Thread(
+            target=lambda: answers.append(client.release_nvml(node.socket, 300, 0.5, 20.0))
+        )
+        releaser.start()
+        time.sleep(0.3)
+        assert answers == []
+        go_on.set()
+        reader.join(10)
+        releaser.join(10)
+        assert answers[0][:2] == (Outcome.ANSWERED, 300)
+        assert kept.fresh("nvml") == (False, None)
