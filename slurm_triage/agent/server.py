@@ -49,7 +49,7 @@ from slurm_triage.agent.xids import XidWatch
 from slurm_triage.config import Config, deprecations
 from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.health_checks.registry import select
-from slurm_triage.health_checks.runner import FactSources
+from slurm_triage.health_checks.runner import PER_RUN, FactSources
 from slurm_triage.logs import get_logger
 from slurm_triage.nvml import nvml_module
 from slurm_triage.unix_socket.listen import Listener, accept_loop, bind_socket, notify_ready
@@ -72,8 +72,10 @@ Screen = Callable[..., int]
 
 
 def prolog_sources() -> tuple[str, ...]:
-    """The fact sources the Prolog's checks read, in the order they run."""
-    return tuple(dict.fromkeys(need for spec in select(None, False) for need in spec.needs))
+    """The fact sources the Prolog's checks read, in the order they run, that may be kept
+    between jobs (not runner.PER_RUN's, which each screen reads itself)."""
+    needs = (need for spec in select(None, False) for need in spec.needs)
+    return tuple(need for need in dict.fromkeys(needs) if need not in PER_RUN)
 
 
 class Agent:

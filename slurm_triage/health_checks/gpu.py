@@ -409,6 +409,7 @@ def check_processes(
     pci_bus_ids: Sequence[str] = (),
     config: HealthConfig | None = None,
     job: JobScope | None = None,
+    gpu_processes: Mapping[str, tuple[int, ...] | None] | None = None,
     **_: Any,
 ) -> CheckResult:
     """Before a job starts (prolog), no compute process may hold one of its GPUs.
@@ -416,7 +417,9 @@ def check_processes(
     Only the job's GPUs (SLURM_JOB_GPUS, matched to NVML devices by gpu_ids.py): on a
     shared node the other GPUs belong to jobs that are running. A job Slurm gave no GPUs
     is checked on every GPU only when it has the node to itself; `job` None (not run by a
-    Prolog) means the whole node."""
+    Prolog) means the whole node. `gpu_processes` (bus id -> pids) is read for this run
+    even when `facts` were read earlier (the node agent's kept facts): the previous job's
+    processes must not be taken for strays of this one."""
     name = "gpu.processes"
     if mode != "prolog":
         return skipped(name, "only meaningful before a job starts (prolog)")
@@ -433,14 +436,17 @@ def check_processes(
             return unknown(name, f"none of the job's GPUs {list(job.gpu_ids)} found in NVML")
         gpus = [g for g in gpus if g.index in mine]
     for g in gpus:
-        if g.processes:
+        processes = g.processes
+        if gpu_processes is not None and g.bus_id is not None and g.bus_id in gpu_processes:
+            processes = gpu_processes[g.bus_id]
+        if processes:
             return fail(
                 name,
-                f"{g.label} held by stray process(es) {list(g.processes)[:4]}",
+                f"{g.label} held by stray process(es) {list(processes)[:4]}",
                 HIGH,
                 Action.DRAIN_NOW,
                 gpu=g.index,
-                pids=list(g.processes),
+                pids=list(processes),
             )
     where = "any GPU" if job is None or job.gpu_ids is None else f"the job's {len(gpus)} GPUs"
     return ok(name, f"no compute processes on {where}")

@@ -181,6 +181,27 @@ def read_nvml(nv: Any) -> NvmlFacts:
             nv.nvmlShutdown()
 
 
+def read_gpu_processes(nv: Any) -> dict[str, tuple[int, ...] | None]:
+    """Each GPU's compute processes (pids) by its bus id as NVML writes it: what changes at
+    every job's start and end, so the Prolog reads it for each job even where the rest of
+    NVML's facts were read earlier (health_checks.fact_cache). Raises what NVML raises (the
+    run makes that gpu.processes' UNKNOWN reason); a GPU that answers nothing is None."""
+    nv.nvmlInit()
+    try:
+        found: dict[str, tuple[int, ...] | None] = {}
+        for index in range(nv.nvmlDeviceGetCount()):
+            handle = _call(nv.nvmlDeviceGetHandleByIndex, index)
+            pci = _call(nv.nvmlDeviceGetPciInfo, handle) if handle is not None else None
+            bus_id = _text(pci.busId) if pci is not None else None
+            if bus_id is not None:
+                procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, handle)
+                found[bus_id] = None if procs is None else tuple(int(p.pid) for p in procs)
+        return found
+    finally:
+        with contextlib.suppress(Exception):
+            nv.nvmlShutdown()
+
+
 def _text(value: Any) -> str | None:
     if value is None:
         return None

@@ -106,7 +106,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     ),
     CheckSpec(
         name="gpu.processes",
-        needs=("nvml", "pci"),
+        needs=("nvml", "pci", "gpu_processes"),
         evaluate=gpu.check_processes,
         prolog=True,
         post_job=False,

@@ -35,12 +35,17 @@ from slurm_triage.health_checks import (
 )
 from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.health_checks.host import read_host
-from slurm_triage.health_checks.nvml_facts import read_nvml
+from slurm_triage.health_checks.nvml_facts import read_gpu_processes, read_nvml
 from slurm_triage.health_checks.nvml_xids import merge as nvml_xids_merge
 from slurm_triage.health_checks.registry import CheckSpec
 from slurm_triage.health_checks.result import CheckResult, CheckStatus, RunReport, Severity, unknown
 from slurm_triage.logs import get_logger
 from slurm_triage.nvml import nvml_module, read_pci_gpus
+
+# Facts that change with every job's start and end: the GPUs' compute processes (the last
+# job's may still be ending when facts are read between jobs), the host's free memory and
+# scratch space. Read by every run, never taken from kept facts (health_checks.fact_cache).
+PER_RUN = frozenset({"gpu_processes", "host"})
 
 
 class FactError(Exception):
@@ -73,10 +78,12 @@ class FactSources:
         self._config, self._node, self._timeout_s = config, node, timeout_s
         self._cache: dict[str, Any] = {}
         self._kept = kept
+        self._read_here: set[str] = set()  # sources this run read itself (not kept ones)
         c = config
         watched = nvml_xids or tuple
         self._readers: dict[str, Callable[[], Any]] = {
             "nvml": lambda: read_nvml(nvml if nvml is not None else nvml_module(c, node)),
+            "gpu_processes": lambda: self._gpu_processes(nvml),
             "pci": lambda: read_pci_gpus(node_path(c.sysfs_root, node)),
             "kernel": lambda: nvml_xids_merge(
                 kernel_log.read_kernel_events(node_path(c.kernel_log, node), node), watched()
@@ -96,7 +103,8 @@ class FactSources:
 
     def get(self, source: str) -> Any:
         if source not in self._cache:
-            fresh, value = self._kept.fresh(source) if self._kept else (False, None)
+            kept = self._kept if source not in PER_RUN else None
+            fresh, value = kept.fresh(source) if kept is not None else (False, None)
             self._cache[source] = value if fresh else self.refresh(source)
         value = self._cache[source]
         if isinstance(value, FactError):
@@ -105,12 +113,24 @@ class FactSources:
 
     def refresh(self, source: str) -> Any:
         """Read `source` now, whatever is kept, and keep what the read gave."""
-        if self._kept is None:
+        self._read_here.add(source)
+        if self._kept is None or source in PER_RUN:
             return self._read_bounded(source)
         generation, read_at = self._kept.generation(), self._kept.now()
         value = self._read_bounded(source)
         self._kept.keep(source, value, generation, read_at)
         return value
+
+    def _gpu_processes(self, nvml: Any) -> dict[str, tuple[int, ...] | None]:
+        """The GPUs' processes: from this run's own NVML read when it made one (a second
+        nvmlInit after its shutdown would start the driver again on a node without
+        persistence mode), else read now beside the kept facts."""
+        if "nvml" in self._read_here and not isinstance(self._cache.get("nvml"), FactError):
+            facts = self._cache["nvml"]
+            return {g.bus_id: g.processes for g in facts.gpus if g.bus_id is not None}
+        return read_gpu_processes(
+            nvml if nvml is not None else nvml_module(self._config, self._node)
+        )
 
     def _read_bounded(self, source: str) -> Any:
         reader = self._readers[source]
@@ -182,6 +202,8 @@ def _kwargs_for(source: str, value: Any, base: dict[str, Any]) -> dict[str, Any]
         return {"mounts": value, "timeout_s": base["config"].mount_timeout_s}
     if source == "aer":
         return {"devices": value}
+    if source == "gpu_processes":
+        return {"gpu_processes": value}
     return {"host": value}
 
 

@@ -731,3 +731,26 @@ def test_a_reset_waits_for_the_background_nvml_read_under_way(node: Node) -> Non
         releaser.join(10)
         assert answers[0][:2] == (Outcome.ANSWERED, 300)
         assert kept.fresh("nvml") == (False, None)
+
+
+def test_the_gpus_processes_and_the_host_are_read_for_each_job_not_kept(node: Node) -> None:
+    """The last job's process on GPU 2, seen by a background read, has ended by the next
+    job's start: that job passes gpu.processes (a kept process list would have turned it
+    away and drained the node); a stray process that appears after the background read
+    fails it. The rest of NVML's facts stay kept throughout; the host's are never kept."""
+    kept = FactCache(3600.0)
+    env = {"SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7"}
+    with serving(node.config, kept=kept) as agent:
+        state = node.estate.load()
+        state["gpus"][2]["processes"] = [4242]
+        node.estate.save(state)
+        agent.refresh_facts()
+        state["gpus"][2]["processes"] = []
+        node.estate.save(state)
+        assert client.ask_agent(node.env(131, **env)).exit_status == 0
+        assert ("gpu.processes", "OK") in [(c, s) for c, s, _ in node.verdict()]
+        state["gpus"][5]["processes"] = [777]
+        node.estate.save(state)
+        assert client.ask_agent(node.env(132, **env)).exit_status == 1
+        assert ("gpu.processes", "FAIL") in [(c, s) for c, s, _ in node.verdict()]
+        assert kept.fresh("nvml")[0] and not kept.fresh("host")[0]

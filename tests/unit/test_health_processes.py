@@ -96,3 +96,25 @@ def test_prolog_reads_the_jobs_gpus_from_its_environment(
     monkeypatch.setenv("SLURM_JOB_GPUS", "4,5,6,7")
     only = replace(config, health=replace(config.health, mounts=()))
     assert prolog.prolog(only) == 0
+
+
+def test_a_cold_run_initialises_nvml_once(config: Config, shared_node: NodeEstate) -> None:
+    """Without kept facts, gpu.processes takes the processes from the run's own NVML read:
+    a second nvmlInit after its shutdown would start the driver again on a node without
+    persistence mode (seconds per GPU)."""
+    from slurm_triage.nvml import nvml_module
+
+    nvml = nvml_module(config.health, "node2")
+    inits: list[int] = []
+    real_init = nvml.nvmlInit
+    nvml.nvmlInit = lambda: inits.append(1) or real_init()
+    report = Run(
+        config,
+        registry.select(None, everything=False),
+        mode="prolog",
+        node="node2",
+        job=job_scope({"SLURM_JOB_GPUS": "0,1"}),
+        nvml=nvml,
+    ).execute()
+    assert ("gpu.processes", CheckStatus.FAIL) in [(r.check, r.status) for r in report.results]
+    assert inits == [1]
