@@ -25,7 +25,6 @@ class FactRefresher(threading.Thread):
         self._refresh, self._every_s = refresh, every_s
         self._wake = threading.Event()
         self._stopping = False
-        self.turns = 0  # refreshes done (tests and the agent's log)
         self._log = get_logger(component="agent.facts", node=node)
 
     def wake(self) -> None:
@@ -49,6 +48,5 @@ class FactRefresher(threading.Thread):
                 self._log.warning(
                     "agent_facts_refresh_failed", error=f"{type(exc).__name__}: {exc}"
                 )
-            self.turns += 1
             self._wake.wait(self._every_s)
             self._wake.clear()

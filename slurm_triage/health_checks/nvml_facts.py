@@ -191,11 +191,9 @@ def read_gpu_processes(nv: Any) -> dict[str, tuple[int, ...] | None]:
         found: dict[str, tuple[int, ...] | None] = {}
         for index in range(nv.nvmlDeviceGetCount()):
             handle = _call(nv.nvmlDeviceGetHandleByIndex, index)
-            pci = _call(nv.nvmlDeviceGetPciInfo, handle) if handle is not None else None
-            bus_id = _text(pci.busId) if pci is not None else None
+            bus_id = _bus_id(nv, handle) if handle is not None else None
             if bus_id is not None:
-                procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, handle)
-                found[bus_id] = None if procs is None else tuple(int(p.pid) for p in procs)
+                found[bus_id] = _pids(nv, handle)
         return found
     finally:
         with contextlib.suppress(Exception):
@@ -212,8 +210,7 @@ def _read_device(nv: Any, index: int) -> GpuFacts:
     bus_id: str | None = None
     try:
         handle = _call(nv.nvmlDeviceGetHandleByIndex, index)
-        pci = _call(nv.nvmlDeviceGetPciInfo, handle)
-        bus_id = _text(pci.busId) if pci is not None else None
+        bus_id = _bus_id(nv, handle)
         return GpuFacts(
             index=index,
             bus_id=bus_id,
@@ -225,6 +222,17 @@ def _read_device(nv: Any, index: int) -> GpuFacts:
         )
     except DeviceGone as exc:
         return GpuFacts(index=index, bus_id=bus_id, error=exc.name, error_code=exc.code)
+
+
+def _bus_id(nv: Any, h: Any) -> str | None:
+    pci = _call(nv.nvmlDeviceGetPciInfo, h)
+    return _text(pci.busId) if pci is not None else None
+
+
+def _pids(nv: Any, h: Any) -> tuple[int, ...] | None:
+    """The compute processes holding the GPU; None when NVML does not say."""
+    procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, h)
+    return None if procs is None else tuple(int(p.pid) for p in procs)
 
 
 def _memory_facts(nv: Any, h: Any) -> dict[str, Any]:
@@ -300,7 +308,6 @@ def _state_facts(nv: Any, h: Any) -> dict[str, Any]:
         if reasons is None and (fn := _optional(nv, name)) is not None:
             reasons = _call(fn, h)
     util = _call(nv.nvmlDeviceGetUtilizationRates, h)
-    procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, h)
     return {
         "utilization_pct": None if util is None else int(util.gpu),
         "temperature_c": _call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
@@ -308,5 +315,5 @@ def _state_facts(nv: Any, h: Any) -> dict[str, Any]:
             nv.nvmlDeviceGetTemperatureThreshold, h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
         ),
         "clock_reasons": reasons,
-        "processes": None if procs is None else tuple(int(p.pid) for p in procs),
+        "processes": _pids(nv, h),
     }

@@ -125,8 +125,8 @@ class FactSources:
         """The GPUs' processes: from this run's own NVML read when it made one (a second
         nvmlInit after its shutdown would start the driver again on a node without
         persistence mode), else read now beside the kept facts."""
-        if "nvml" in self._read_here and not isinstance(self._cache.get("nvml"), FactError):
-            facts = self._cache["nvml"]
+        facts = self._cache.get("nvml") if "nvml" in self._read_here else None
+        if facts is not None and not isinstance(facts, FactError):
             return {g.bus_id: g.processes for g in facts.gpus if g.bus_id is not None}
         return read_gpu_processes(
             nvml if nvml is not None else nvml_module(self._config, self._node)
