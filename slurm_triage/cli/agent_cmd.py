@@ -9,14 +9,16 @@ from slurm_triage.errors import TriageError
 
 DESCRIPTION = """\
 Run the node agent in the foreground: a root daemon that keeps the configuration, logging
-and NVML open, watches NVML XID events, and runs the Prolog's health screen when
-slurm-triage-prolog asks over the Unix socket agent.socket (mode 0600; peers served: root
-and agent.allowed_uids). The Prolog asks the agent first and runs the screen itself, with
-the same verdict, when the agent is down, busy, refuses or does not answer in time. Runs
-until SIGTERM or SIGINT; contrib/slurm-triage-agent.service runs it under systemd
-(Type=notify). Exit status: 0 stopped, 2 bad configuration or node name, or no socket to
-be had (another agent serves it, the path is not a socket, others may write its
-directory)."""
+and NVML open, watches NVML XID events, reads the screen's facts in the background every
+agent.facts_refresh_s, and runs the Prolog's health screen on facts at most
+agent.facts_max_age_s old (the GPUs' processes and the host are read for each job; an XID
+drops the rest; 0 reads every fact for every job) when slurm-triage-prolog asks over the
+Unix socket agent.socket (mode 0600; peers served: root and agent.allowed_uids). The Prolog
+asks the agent first and runs the screen itself, reading every fact, when the agent is
+down, busy, refuses or does not answer in time. Runs until SIGTERM or SIGINT;
+contrib/slurm-triage-agent.service runs it under systemd (Type=notify). Exit status: 0
+stopped, 2 bad configuration or node name, or no socket to be had (another agent serves
+it, the path is not a socket, others may write its directory)."""
 
 
 def register(sub: Any) -> None:
