@@ -17,7 +17,7 @@ import _socket
 import os
 
 from slurm_triage.agent import protocol
-from slurm_triage.unix_socket.wire import LineReader, client_settings, peer_uid
+from slurm_triage.unix_socket.wire import LineReader, client_settings, peer_uid, send_then_read
 
 TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
 if TYPE_CHECKING:
@@ -102,8 +102,8 @@ def _ask(
             if peer not in (0, os.geteuid()):
                 return Outcome.UNTRUSTED, None, f"socket served by uid {peer}"
             conn.settimeout(answer_s)
-            conn.sendall(request)
-            line = LineReader(conn, protocol.MAX_ANSWER_BYTES).line(answer_s)
+            reader = LineReader(conn, protocol.MAX_ANSWER_BYTES)
+            line = send_then_read(conn, request, reader, answer_s)
         finally:
             conn.close()
     except (FileNotFoundError, ConnectionRefusedError) as exc:

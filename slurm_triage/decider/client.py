@@ -18,7 +18,13 @@ from collections.abc import Mapping
 from enum import StrEnum
 
 from slurm_triage.decider import protocol
-from slurm_triage.unix_socket.wire import LineReader, ProtocolError, client_settings, peer_uid
+from slurm_triage.unix_socket.wire import (
+    LineReader,
+    ProtocolError,
+    client_settings,
+    peer_uid,
+    send_then_read,
+)
 
 
 class Outcome(StrEnum):
@@ -92,9 +98,8 @@ def _ask(
             if peer not in (0, os.geteuid()):
                 return Outcome.UNTRUSTED, None, f"socket served by uid {peer}"
             conn.settimeout(accept_s)
-            conn.sendall(request)
             answers = LineReader(conn, protocol.MAX_ANSWER_BYTES)
-            wait_s = protocol.parse_accepted(answers.line(accept_s))
+            wait_s = protocol.parse_accepted(send_then_read(conn, request, answers, accept_s))
             return _final(answers, wait_s)
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         return Outcome.NOT_RUNNING, None, exc.strerror or type(exc).__name__

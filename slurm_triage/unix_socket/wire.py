@@ -95,6 +95,23 @@ def read_request(conn: _socket.socket, timeout_s: float, max_bytes: int) -> byte
     return line
 
 
+def send_then_read(
+    conn: _socket.socket, request: bytes, reader: LineReader, wait_s: float
+) -> bytes:
+    """Send a client's request and read the first answer line. A server that answers before
+    reading (busy, a refused peer) and closes can make the send fail (EPIPE, ECONNRESET)
+    while its answer waits to be read: that answer is returned, and the send's error is
+    raised only when no whole line came."""
+    try:
+        conn.sendall(request)
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        try:
+            return reader.line(wait_s)
+        except (OSError, ProtocolError):
+            raise exc from None
+    return reader.line(wait_s)
+
+
 class LineReader:
     """The answer lines of one connection, each read within its own wait (a client may
     wait longer for a second line than for the first); bytes past a line are kept for the

@@ -754,3 +754,38 @@ def test_the_gpus_processes_and_the_host_are_read_for_each_job_not_kept(node: No
         assert client.ask_agent(node.env(132, **env)).exit_status == 1
         assert ("gpu.processes", "FAIL") in [(c, s) for c, s, _ in node.verdict()]
         assert kept.fresh("nvml")[0] and not kept.fresh("host")[0]
+
+
+def test_a_busy_answer_sent_before_the_request_is_read_is_still_read(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent past max_concurrent answers busy without reading the request and closes; a
+    Prolog that sends after that close gets EPIPE, and still reads the answer waiting for
+    it: REFUSED busy, not FAILED (the CI once saw the decider's twin of this race)."""
+    Path(node.socket).parent.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(node.socket)
+    listener.listen(1)
+    closed = threading.Event()
+
+    def answer_busy_and_close() -> None:
+        conn, _ = listener.accept()
+        conn.sendall(protocol.encode_answer(error="busy"))
+        conn.close()
+        closed.set()
+
+    thread = threading.Thread(target=answer_busy_and_close, daemon=True)
+    thread.start()
+    real_peer_uid = client.peer_uid
+
+    def after_the_close(conn: Any) -> int:
+        assert closed.wait(10)
+        return real_peer_uid(conn)
+
+    monkeypatch.setattr(client, "peer_uid", after_the_close)
+    try:
+        reply = client.ask_agent(node.env(141))
+    finally:
+        thread.join(5)
+        listener.close()
+    assert (reply.outcome, reply.detail) == (Outcome.REFUSED, "agent refused: busy")

@@ -583,3 +583,43 @@ def test_the_systemd_unit_runs_the_decider_as_slurm_user_in_its_runtime_director
     assert service["User"] == "slurm" and service["RestartPreventExitStatus"] == "2"
     assert f"/run/{service['RuntimeDirectory']}" == os.path.dirname(protocol.DEFAULT_SOCKET)
     assert float(service["TimeoutStopSec"]) > Decider(Config(), lambda *_: None).wait_s
+
+
+def test_a_busy_answer_sent_before_the_request_is_read_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decider past max_concurrent answers busy without reading the job end and closes;
+    an EpilogSlurmctld that sends after that close gets EPIPE, and still reads the answer:
+    REFUSED busy (it decides itself), not FAILED. The CI once saw this race."""
+    path = str(tmp_path / "run" / "decider.sock")
+    os.makedirs(os.path.dirname(path))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    closed = threading.Event()
+
+    def answer_busy_and_close() -> None:
+        conn, _ = listener.accept()
+        conn.sendall(protocol.encode_error("busy"))
+        conn.close()
+        closed.set()
+
+    thread = threading.Thread(target=answer_busy_and_close, daemon=True)
+    thread.start()
+    real_peer_uid = client.peer_uid
+
+    def after_the_close(conn: Any) -> int:
+        assert closed.wait(10)
+        return real_peer_uid(conn)
+
+    monkeypatch.setattr(client, "peer_uid", after_the_close)
+    try:
+        reply = client.ask_decider({"SLURM_JOB_ID": "3", protocol.SOCKET_ENV: path})
+    finally:
+        thread.join(5)
+        listener.close()
+    assert (reply.outcome, reply.detail, reply.accepted) == (
+        Outcome.REFUSED,
+        "decider refused: busy",
+        False,
+    )
