@@ -30,7 +30,10 @@ Fresh facts: the facts the screen reads are kept (health_checks.fact_cache) and 
 in the background (agent.refresh) every agent.facts_refresh_s, so a job start evaluates its
 checks on facts at most agent.facts_max_age_s old instead of reading them all (issue 20).
 An XID the watcher sees drops them and wakes the reader; so does NVML taken back after a
-GPU reset, and while it is let go NVML is not read in the background.
+GPU reset, and while it is let go NVML is not read in the background. At its start and at
+each turn the agent also writes the config file's parsed copy again if the file has changed
+(config_cache), so that the jobs' ranks, which may not write it, read it and import no TOML
+parser.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from slurm_triage.agent import protocol
 from slurm_triage.agent.refresh import FactRefresher
 from slurm_triage.agent.xids import XidWatch
 from slurm_triage.config import Config, deprecations
+from slurm_triage.config_cache import CacheOutcome, CacheResult, refresh_cache
 from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.health_checks.registry import select
 from slurm_triage.health_checks.runner import PER_RUN, FactSources
@@ -66,6 +70,9 @@ _CONTEXT = {
     "SLURM_JOB_PARTITION": "partition",
     "SLURM_SCRIPT_CONTEXT": "context",
 }
+
+# Config.source when the config came from no file (config.load_config, config_from_mapping).
+_NO_CONFIG_FILE = ("<defaults>", "<mapping>")
 
 # prolog_epilog.prolog.prolog: (config, env, *, nvml, nvml_xids, kept) -> exit status 0 or 1
 Screen = Callable[..., int]
@@ -106,6 +113,7 @@ class Agent:
         self._slots = threading.BoundedSemaphore(config.agent.max_concurrent)
         self._max_threads = THREADS_PER_SCREEN * config.agent.max_concurrent
         self._log = get_logger(component="agent", node=node)
+        self._config_cache_last: CacheResult | None = None
 
     def handle(self, conn: socket.socket) -> None:
         """Serve one connection and close it; never raises."""
@@ -198,6 +206,26 @@ class Agent:
         if self.refresher is not None:
             self.refresher.wake()
 
+    def refresh_turn(self) -> None:
+        """agent.refresh's turn: the config file's parsed copy, then the facts."""
+        self.keep_config_cache()
+        self.refresh_facts()
+
+    def keep_config_cache(self) -> None:
+        """Write the config file's parsed copy again when the file has changed
+        (config_cache), so that the jobs' ranks, which cannot write it, read it instead of
+        parsing TOML: one read of the file and of the copy while both are unchanged. Logged
+        when written, and when it cannot be (each new reason once, not at every turn)."""
+        source = self.config.source
+        if source in _NO_CONFIG_FILE:
+            return
+        result = refresh_cache(source)
+        if result.outcome == CacheOutcome.WRITTEN:
+            self._log.info("agent_config_cache", outcome=result.outcome, reason=result.reason)
+        elif result.outcome != CacheOutcome.FRESH and result != self._config_cache_last:
+            self._log.warning("agent_config_cache", outcome=result.outcome, reason=result.reason)
+        self._config_cache_last = result
+
     def refresh_facts(self) -> None:
         """Read every fact the Prolog's checks need into `kept` (agent.refresh's turn)."""
         if self.kept is None:
@@ -230,7 +258,7 @@ class Agent:
         """Keep the facts fresh in the background (when facts are kept at all)."""
         if self.kept is not None and self.refresher is None:
             self.refresher = FactRefresher(
-                self.refresh_facts, self.config.agent.facts_refresh_s, self.node
+                self.refresh_turn, self.config.agent.facts_refresh_s, self.node
             )
             self.refresher.start()
 
@@ -319,6 +347,7 @@ def run_agent(config: Config, screen: Screen, node: str) -> int:
             " between refreshes read the facts themselves",
         )
     agent = Agent(config, node, screen, nvml=nvml, nvml_held=held, kept=kept)
+    agent.keep_config_cache()  # at start too: without kept facts there are no turns
     if settings.watch_xids:
         agent.xids = XidWatch(
             nvml, node, window_s=config.health.kernel_window_s, on_xid=agent.facts_changed

@@ -15,7 +15,9 @@ agent.facts_max_age_s old (the GPUs' processes and the host are read for each jo
 drops the rest; 0 reads every fact for every job) when slurm-triage-prolog asks over the
 Unix socket agent.socket (mode 0600; peers served: root and agent.allowed_uids). The Prolog
 asks the agent first and runs the screen itself, reading every fact, when the agent is
-down, busy, refuses or does not answer in time. Runs until SIGTERM or SIGINT;
+down, busy, refuses or does not answer in time. At its start and at each refresh the agent
+writes the config file's parsed copy again if the file has changed (slurm-triage config
+cache), which the jobs' ranks read instead of parsing TOML. Runs until SIGTERM or SIGINT;
 contrib/slurm-triage-agent.service runs it under systemd (Type=notify). Exit status: 0
 stopped, 2 bad configuration or node name, or no socket to be had (another agent serves
 it, the path is not a socket, others may write its directory)."""

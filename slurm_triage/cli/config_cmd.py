@@ -1,4 +1,5 @@
-"""`slurm-triage config show|check`: print the effective config, validate a file."""
+"""`slurm-triage config show|check|cache`: print the effective config, validate a file,
+write its parsed copy (config_cache)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from slurm_triage.config import deprecations, load_config, to_toml
+from slurm_triage.errors import TriageError
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "config",
-        help="show the effective configuration or check a config file",
-        description="Show the effective configuration, or validate a config file before "
-        "deploying it to the nodes.",
+        help="show the effective configuration, check a config file or write its parsed copy",
+        description="Show the effective configuration, validate a config file before "
+        "deploying it to the nodes, or write the parsed copy of it that the jobs' ranks read.",
     )
     actions = parser.add_subparsers(dest="config_action", metavar="ACTION")
     actions.required = True
@@ -42,6 +44,21 @@ def register(sub: Any) -> None:
     )
     check.add_argument("file", type=Path, metavar="FILE")
     check.set_defaults(handler=_check)
+    cache = actions.add_parser(
+        "cache",
+        help="write the config file's parsed copy beside it (for a read-only /etc)",
+        description="Write .NAME.parsed.json beside the config file NAME (--file, else "
+        "--config, $SLURM_TRIAGE_CONFIG or /etc/slurm-triage/config.toml): its text and "
+        "its parse as JSON, which every program reads instead of parsing the TOML while "
+        "the file is unchanged. Any program running as the file's owner writes it when it "
+        "finds it stale (root's Prolog, the node agent at each refresh); run this when the "
+        "image is built if /etc is read-only at run time. Only the file's owner may write "
+        "it (readers ignore another user's copy). Prints where it is; exit 0 written or "
+        "already up to date, 2 with the reason if the file cannot be read or parsed or the "
+        "copy cannot be written. The settings themselves are checked by `config check`.",
+    )
+    cache.add_argument("--file", type=Path, metavar="FILE", help="the config file")
+    cache.set_defaults(handler=_cache)
 
 
 def _show(args: argparse.Namespace, context: Any) -> int:
@@ -59,4 +76,21 @@ def _check(args: argparse.Namespace, context: Any) -> int:
     print(f"{args.file}: ok")
     for line in deprecations(config):
         print(f"{args.file}: warning: {line}", file=sys.stderr)
+    return 0
+
+
+def _cache(args: argparse.Namespace, context: Any) -> int:
+    from slurm_triage.config import config_path
+    from slurm_triage.config_cache import CacheOutcome, refresh_cache
+
+    path = args.file or args.config or config_path()[0]
+    result = refresh_cache(path)
+    if result.outcome == CacheOutcome.INVALID:
+        raise TriageError(result.reason)
+    if result.outcome == CacheOutcome.WRITTEN:
+        print(f"{path}: parsed copy written: {result.reason}")
+    elif result.outcome == CacheOutcome.FRESH:
+        print(f"{path}: parsed copy up to date: {result.reason}")
+    else:
+        raise TriageError(f"{path}: no parsed copy written: {result.reason}")
     return 0

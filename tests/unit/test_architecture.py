@@ -131,7 +131,8 @@ ALLOWED: dict[str, set[str]] = {
     "clock": set(),
     "atomic": set(),
     "gpu_ids": set(),
-    "config": {"errors", "taxonomy"},
+    "config": {"config_cache", "errors", "taxonomy"},
+    "config_cache": {"atomic", "errors"},
     "config_example": {"config", "taxonomy"},
     "logs": {"config"},
     "simulate": {"atomic", "errors"},
@@ -177,6 +178,7 @@ ALLOWED: dict[str, set[str]] = {
     "unix_socket": {"errors"},
     "agent": {
         "config",
+        "config_cache",
         "errors",
         "evidence",
         "gpu_ids",

@@ -55,7 +55,7 @@ NOT_ON_NODE = (
 # tokenize; shutil, which argparse's formatter imports for the terminal's width
 # (cli.main._columns), and tempfile for the wrapper's scratch directory, and with them
 # bz2, lzma and random. (Not datetime: a log line's time stamp no longer needs it, but
-# reading a config file does, tomllib's parser imports it, and so does the log scanner.)
+# parsing a config file does, tomllib's parser imports it, and so does the log scanner.)
 STDLIB_LEFT_OUT = ("inspect", "ast", "dis", "tokenize", "shutil", "bz2", "lzma", "tempfile")
 # `wrap -- true` on a node with no NVIDIA GPU (issue 20): a command that succeeds and prints
 # nothing needs neither the log scanner nor the attribution engine nor the first-failure
@@ -84,6 +84,9 @@ NOT_IN_WRAP = (
     "fnmatch",
     "json",
 )
+# Nor, when the config file has its fresh parsed copy beside it (config_cache, issue 20),
+# the TOML parser, with the string and datetime modules it imports.
+NOT_IN_WRAP_WITH_A_CONFIG_COPY = ("tomllib", "string", "datetime")
 # A Prolog on a node that passes does not attribute anything.
 NOT_IN_PROLOG = ("slurm_triage.attribution.engine", "slurm_triage.attribution.signatures")
 # A Prolog the node agent answers: the client alone (socket, struct, json). None of the
@@ -220,7 +223,8 @@ def test_prolog_answered_by_the_node_agent(tmp_path: Path) -> None:
 def test_wrapper_start_to_finish(tmp_path: Path) -> None:
     """`slurm-triage wrap -- true` on a node without GPUs, start to finish (the record
     written), imports none of the other commands, the door, the journal or asyncio, and
-    neither NVML nor the log scanner nor the attribution engine."""
+    neither NVML nor the log scanner nor the attribution engine; and once the config file
+    has its parsed copy, not the TOML parser either."""
     (tmp_path / "evidence").mkdir()
     (tmp_path / "sys/bus/pci/devices").mkdir(parents=True)
     config = tmp_path / "wrap.toml"
@@ -241,6 +245,12 @@ def test_wrapper_start_to_finish(tmp_path: Path) -> None:
     assert (tmp_path / "evidence/local").is_dir()  # the record was written
     assert _present(modules, NEVER + NOT_ON_NODE + NOT_IN_A_QUIET_SUCCESS) == []
     assert _present(modules, STDLIB_LEFT_OUT + NOT_IN_WRAP) == []
+    # That run parsed the file and, as its owner, wrote its parsed copy; the next reads it.
+    assert "tomllib" in modules and (tmp_path / ".wrap.toml.parsed.json").is_file()
+    modules = _imported(code, tmp_path, env, site=False)
+    assert "slurm_triage.config_cache" in modules
+    assert _present(modules, NEVER + NOT_ON_NODE + NOT_IN_A_QUIET_SUCCESS) == []
+    assert _present(modules, STDLIB_LEFT_OUT + NOT_IN_WRAP + NOT_IN_WRAP_WITH_A_CONFIG_COPY) == []
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,238 @@
+"""The config file's parsed copy beside it, so that reading an unchanged config imports no
+TOML parser (issue 20).
+
+Every rank of every job loads the config, and `import tomllib` (with re, string, datetime and
+eight compiled regexes) cost it 9-13 ms, a third of what a wrapped rank may spend on its
+start. So the file's owner keeps `.<name>.parsed.json` beside the file `<name>`: one JSON
+object {"format": 1, "source": the file's whole text, "parsed": what tomllib made of it},
+read with json's C accelerator (slurm_triage.json_codec).
+
+It is an acceleration only, never a second source of settings: it is used only when its
+"source" is the file's text as just read, so a stale, missing, truncated or garbled copy
+means the file is parsed, never other settings. Its trust is the file's: it is used only
+when it is a regular file (opened O_NOFOLLOW | O_NONBLOCK: no link followed, no FIFO waited
+on) owned by the file's owner and writable by no group or other, of at most
+MAX_CACHE_BYTES. Whoever can write it as that owner could rewrite the file itself; another
+user who can write the directory (a sticky /tmp) can plant a copy that no one reads.
+
+Only a process whose effective uid owns the file writes the copy (root for
+/etc/slurm-triage/config.toml: a Prolog, the node agent at each refresh turn, or
+`slurm-triage config cache` when an image is built for a read-only /etc), after a parse, and
+only when JSON holds the parsed value exactly (a TOML date or a NaN does not: the file is
+then parsed each time). The write is atomic (slurm_triage.atomic) and best effort: a failure
+is the CacheResult the caller may log, never an error.
+
+Standard library os and stat only, plus json_codec, atomic and errors: no tomllib, json, re
+or typing while the copy is fresh.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from slurm_triage import json_codec
+from slurm_triage.atomic import write_atomically
+from slurm_triage.errors import TriageError
+
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+FORMAT = 1
+# A copy larger than this is taken for stale, and none is written: the file is parsed.
+MAX_CACHE_BYTES = 4 * 1024 * 1024
+_OPEN_CACHE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+_dumps = json_codec.dumps_with(ensure_ascii=False, separators=(",", ":"))
+_loads = json_codec.loads_with()
+
+
+class CacheOutcome:
+    """What became of the parsed copy when the config file was read (closed set)."""
+
+    FRESH = "fresh"  # the copy holds the file's text: used, nothing written
+    WRITTEN = "written"  # the file was parsed and its copy written anew
+    NOT_OWNER = "not_owner"  # parsed; the copy is left to the file's owner
+    NOT_EXACT = "not_exact"  # parsed; JSON cannot hold the value exactly (a TOML date)
+    TOO_BIG = "too_big"  # parsed; the copy would exceed MAX_CACHE_BYTES
+    FAILED = "failed"  # parsed; writing the copy failed (a read-only /etc, a full disk)
+    INVALID = "invalid"  # the file itself cannot be read or parsed (refresh_cache only)
+
+
+class CacheResult:
+    """An outcome (CacheOutcome) and its one-line reason."""
+
+    __slots__ = ("outcome", "reason")
+
+    def __init__(self, outcome: str, reason: str = "") -> None:
+        self.outcome, self.reason = outcome, reason
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CacheResult):
+            return NotImplemented
+        return (self.outcome, self.reason) == (other.outcome, other.reason)
+
+    def __hash__(self) -> int:
+        return hash((self.outcome, self.reason))
+
+    def __repr__(self) -> str:
+        return f"CacheResult({self.outcome!r}, {self.reason!r})"
+
+
+class ConfigFileError(TriageError, ValueError):
+    """The config file cannot be read or parsed; the message is one line naming it
+    (config.read_toml raises it as a ConfigError: config imports this module, not the
+    other way)."""
+
+
+def cache_path(path: str | os.PathLike[str]) -> str:
+    """Where the parsed copy of the config file `path` lives: `.<name>.parsed.json` beside it."""
+    head, name = os.path.split(os.fspath(path))
+    return os.path.join(head, f".{name}.parsed.json")
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The config file's TOML as tomllib parses it: from its fresh parsed copy, else parsed
+    (and the copy written when this process owns the file). ConfigFileError, one line
+    naming the file, when it cannot be read or is not UTF-8 TOML."""
+    return _read(path)[0]
+
+
+def refresh_cache(path: str | os.PathLike[str]) -> CacheResult:
+    """Bring the config file's parsed copy up to date: one read of the file and of the copy,
+    a parse and a write only when it is stale. For root's long-lived processes (the node
+    agent) and image builds; never raises for an expected failure (INVALID, FAILED ...)."""
+    try:
+        return _read(path)[1]
+    except ConfigFileError as exc:
+        return CacheResult(CacheOutcome.INVALID, str(exc))
+
+
+def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], CacheResult]:
+    text, owner_uid = _read_text(path)
+    copy = cache_path(path)
+    parsed = _cached(copy, text, owner_uid)
+    if parsed is not None:
+        return parsed, CacheResult(CacheOutcome.FRESH, copy)
+    parsed = _parse(path, text)
+    return parsed, _store(copy, text, parsed, owner_uid)
+
+
+def _read_text(path: str | os.PathLike[str]) -> tuple[str, int]:
+    """The file's text and its owner's uid (of the file opened, links followed: the admin's)."""
+    try:
+        with open(path, "rb") as fh:
+            owner_uid = os.fstat(fh.fileno()).st_uid
+            raw = fh.read()
+        return raw.decode("utf-8"), owner_uid
+    except FileNotFoundError:
+        raise ConfigFileError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigFileError(f"{path}: is a directory, not a config file") from None
+    except PermissionError:
+        raise ConfigFileError(f"{path}: permission denied") from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _parse(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
+    import tomllib  # only when the copy is stale or missing: its import is the cost saved
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _cached(copy: str, text: str, owner_uid: int) -> dict[str, Any] | None:
+    """The parsed value the copy holds for `text`; None when it is missing, not to be
+    trusted (a link, a FIFO, another owner, writable by others, too big) or stale."""
+    try:
+        fd = os.open(copy, _OPEN_CACHE)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != owner_uid
+            or info.st_mode & _OTHERS_WRITE
+            or info.st_size > MAX_CACHE_BYTES
+        ):
+            return None
+        raw = _read_at_most(fd, MAX_CACHE_BYTES + 1)  # it may grow after the fstat
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_CACHE_BYTES:
+        return None
+    try:
+        document = _loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, nested past the stack
+        return None
+    if type(document) is not dict:
+        return None
+    version, parsed = document.get("format"), document.get("parsed")
+    if type(version) is not int or version != FORMAT or document.get("source") != text:
+        return None
+    return parsed if type(parsed) is dict else None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _store(copy: str, text: str, parsed: dict[str, Any], owner_uid: int) -> CacheResult:
+    """Write the copy when this process owns the file and JSON holds `parsed` exactly."""
+    euid = os.geteuid()
+    if euid != owner_uid:
+        return CacheResult(
+            CacheOutcome.NOT_OWNER,
+            f"the config file is uid {owner_uid}'s and only its owner writes {copy}; "
+            f"this process is uid {euid}",
+        )
+    try:
+        data = _dumps({"format": FORMAT, "source": text, "parsed": parsed}).encode("utf-8")
+        exact = _same(_loads(data.decode("utf-8"))["parsed"], parsed)
+    except (TypeError, ValueError, RecursionError):  # a date or time has no JSON form
+        exact = False
+    if not exact:
+        return CacheResult(
+            CacheOutcome.NOT_EXACT,
+            "the config holds a value JSON cannot hold exactly (a TOML date or time, a NaN)",
+        )
+    if len(data) > MAX_CACHE_BYTES:
+        return CacheResult(CacheOutcome.TOO_BIG, f"{copy} would be over {MAX_CACHE_BYTES} bytes")
+    try:
+        write_atomically(copy, data, mode=0o644)
+    except OSError as exc:
+        return CacheResult(CacheOutcome.FAILED, f"{copy}: {exc.strerror or exc}")
+    return CacheResult(CacheOutcome.WRITTEN, copy)
+
+
+def _same(read_back: object, parsed: object) -> bool:
+    """Equal and of the same types all through: 1 stays an int, 1.0 a float, true a bool
+    (`==` alone takes 1 == 1.0 == True)."""
+    if type(read_back) is not type(parsed):
+        return False
+    if isinstance(parsed, dict) and isinstance(read_back, dict):
+        return read_back.keys() == parsed.keys() and all(
+            _same(read_back[key], value) for key, value in parsed.items()
+        )
+    if isinstance(parsed, list) and isinstance(read_back, list):
+        return len(read_back) == len(parsed) and all(map(_same, read_back, parsed))
+    return read_back == parsed
