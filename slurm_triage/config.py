@@ -11,17 +11,33 @@ file means "all defaults", a missing file that was named explicitly is an error.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
-import typing
 from collections.abc import Mapping
-from dataclasses import field
-from typing import TYPE_CHECKING, Any, Literal
 
 from slurm_triage.errors import TriageError
-from slurm_triage.frozen import Frozen
+from slurm_triage.frozen import MISSING, Frozen, field, fields, shallow_dict
 from slurm_triage.taxonomy import Cause
+
+# typing's flag without importing typing: a rank loads the config, and typing (with re and
+# enum) is a third of what a wrapped `true` may cost (issue 20). mypy takes it as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Literal
+else:
+
+    class _Literal:
+        """typing.Literal for typing.get_type_hints of a section (tests, tools): typing is
+        imported then, never by a load, which reads Literal as `Choices` (declared_type)."""
+
+        def __getitem__(self, values: object) -> object:
+            import typing
+
+            return typing.Literal[values]
+
+    # Bound without an assignment so that linters read `Literal` as typing's, which is
+    # what it gives typing.get_type_hints.
+    globals()["Literal"] = _Literal()
 
 # Paths are str or os.PathLike, read with os and open(): pathlib (with urllib.parse,
 # ipaddress, fnmatch) is no import of the per-job programs (issue 20).
@@ -158,8 +174,8 @@ class WrapperConfig(Frozen):
 # Taxonomy cause ids (shared/TAXONOMY.md), so a typo in a policy list is a config error.
 if TYPE_CHECKING:
     CauseName = str
-else:
-    CauseName = Literal[tuple(c.value for c in Cause)]
+else:  # the annotation's text: typing.get_type_hints and declared_type evaluate it
+    CauseName = "Literal[" + ", ".join(repr(c.value) for c in Cause) + "]"
 
 
 class PolicyConfig(Frozen):
@@ -246,7 +262,10 @@ class MetricsConfig(Frozen):
     listen_port: int = field(default=9717, metadata=_range(1, 65535))
 
 
-NoticeKindName = Literal["drain", "rma", "breaker_trip", "hold"]
+if TYPE_CHECKING:
+    NoticeKindName = Literal["drain", "rma", "breaker_trip", "hold"]
+else:  # the same, as text (as CauseName)
+    NoticeKindName = 'Literal["drain", "rma", "breaker_trip", "hold"]'
 
 
 class NotifyConfig(Frozen):
@@ -397,17 +416,61 @@ class Config(Frozen):
 
 
 _SECTIONS: dict[str, type] = {
-    f.name: f.default_factory  # type: ignore[misc]
-    for f in dataclasses.fields(Config)
-    if f.default_factory is not dataclasses.MISSING  # type: ignore[misc]
+    f.name: f.default_factory for f in fields(Config) if f.default_factory is not MISSING
 }
 
 
+class Choices:
+    """A key's `Literal[...]` as declared_type reads it: the values it accepts."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: object) -> None:
+        self.values = values if isinstance(values, tuple) else (values,)
+
+    def __repr__(self) -> str:
+        return f"Literal[{', '.join(repr(v) for v in self.values)}]"
+
+
+class _ChoicesOf:
+    def __getitem__(self, values: object) -> Choices:
+        return Choices(values)
+
+
+# What declared_type evaluates an annotation with, over the module's own names.
+_DECLARED_NAMES = {"Literal": _ChoicesOf()}
+
+
+def declared_type(cls: type, key: str) -> Any:
+    """The type a field of a section declares, without typing: bool, int, float, str, a
+    `Choices` for a Literal, or tuple[item, ...] (a types.GenericAlias) of one of them. The
+    annotation is our own source text (`from __future__ import annotations`), evaluated in
+    its module, as typing.get_type_hints would, for the keys a file or override sets only
+    (evaluating every field of every section was most of a load, issue 20)."""
+    return _evaluate(cls.__annotations__[key], vars(sys.modules[cls.__module__]))
+
+
+def _evaluate(hint: Any, names: dict[str, Any]) -> Any:
+    if isinstance(hint, str):
+        return _evaluate(eval(hint, names, _DECLARED_NAMES), names)
+    if _origin(hint) in (tuple, list):
+        return _origin(hint)[tuple(_evaluate(arg, names) for arg in _args(hint))]
+    return hint
+
+
+def _origin(tp: Any) -> Any:
+    return getattr(tp, "__origin__", None)
+
+
+def _args(tp: Any) -> tuple[Any, ...]:
+    return tuple(getattr(tp, "__args__", ()))
+
+
 def _describe(tp: Any) -> str:
-    if typing.get_origin(tp) is Literal:
-        return "one of " + ", ".join(repr(c) for c in typing.get_args(tp))
-    if typing.get_origin(tp) in (tuple, list):
-        return "a list of " + _describe(typing.get_args(tp)[0])
+    if isinstance(tp, Choices):
+        return "one of " + ", ".join(repr(c) for c in tp.values)
+    if _origin(tp) in (tuple, list):
+        return "a list of " + _describe(_args(tp)[0])
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
         tp, str(tp)
     )
@@ -415,15 +478,15 @@ def _describe(tp: Any) -> str:
 
 def _coerce(name: str, tp: Any, value: Any, from_env: bool) -> Any:
     """Check one value against its declared type; env strings are parsed first."""
-    origin = typing.get_origin(tp)
+    origin = _origin(tp)
     if from_env and isinstance(value, str):
         value = _parse_env_value(name, tp, value)
-    if origin is Literal:
-        if value not in typing.get_args(tp):
+    if isinstance(tp, Choices):
+        if value not in tp.values:
             raise ConfigError(f"{name} = {value!r} is not valid; expected {_describe(tp)}")
         return value
     if origin in (tuple, list):
-        (item_tp, *_) = typing.get_args(tp)
+        (item_tp, *_) = _args(tp)
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{name} = {value!r} is not valid; expected {_describe(tp)}")
         return tuple(_coerce(f"{name}[{i}]", item_tp, v, False) for i, v in enumerate(value))
@@ -441,7 +504,7 @@ def _coerce(name: str, tp: Any, value: Any, from_env: bool) -> Any:
 
 
 def _parse_env_value(name: str, tp: Any, raw: str) -> Any:
-    origin = typing.get_origin(tp)
+    origin = _origin(tp)
     try:
         if tp is bool:
             lowered = raw.strip().lower()
@@ -456,7 +519,7 @@ def _parse_env_value(name: str, tp: Any, raw: str) -> Any:
             return float(raw)
         if origin in (tuple, list):
             # Comma-separated; each item read as its declared type (`agent.allowed_uids=0,64030`).
-            (item_type, *_) = typing.get_args(tp) or (str,)
+            (item_type, *_) = _args(tp) or (str,)
             items = [item.strip() for item in raw.split(",") if item.strip()]
             return [_parse_env_value(f"{name}[{i}]", item_type, x) for i, x in enumerate(items)]
     except ValueError:
@@ -472,30 +535,21 @@ def _check_range(name: str, meta: Any, value: Any) -> None:
         raise ConfigError(f"{name} = {value!r} is too large; expected <= {high}")
 
 
-def _declared_type(cls: type, key: str) -> Any:
-    """The type a field of a section declares. The annotation is our own source text
-    (`from __future__ import annotations`), evaluated in this module as
-    typing.get_type_hints would, but for the keys a file or override sets only: evaluating
-    every field of every section was most of a load (issue 20)."""
-    hint = cls.__annotations__[key]
-    return eval(hint, vars(sys.modules[cls.__module__])) if isinstance(hint, str) else hint
-
-
 def _build_section(section: str, cls: type, values: dict[str, Any], from_env: set[str]) -> Any:
     if not values:
         return cls()
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(fields))
+    declared = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(values) - set(declared))
     if unknown:
         raise ConfigError(
-            f"unknown key {section}.{unknown[0]}; valid keys in [{section}]: " + ", ".join(fields)
+            f"unknown key {section}.{unknown[0]}; valid keys in [{section}]: " + ", ".join(declared)
         )
     kwargs = {}
     for key, value in values.items():
         name = f"{section}.{key}"
-        coerced = _coerce(name, _declared_type(cls, key), value, key in from_env)
+        coerced = _coerce(name, declared_type(cls, key), value, key in from_env)
         if isinstance(coerced, int | float) and not isinstance(coerced, bool):
-            _check_range(name, fields[key].metadata, coerced)
+            _check_range(name, declared[key].metadata, coerced)
         kwargs[key] = coerced
     return cls(**kwargs)
 
@@ -556,24 +610,15 @@ def config_path(env: Mapping[str, str] | None = None) -> tuple[str | os.PathLike
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Parse one TOML file; every failure is a one-line ConfigError naming the file."""
-    import tomllib  # a file to read: a process on built-in defaults never pays for it
+    """Parse one TOML file; every failure is a one-line ConfigError naming the file. The
+    parse is the file's parsed copy beside it while that is fresh (config_cache), so an
+    unchanged file costs no tomllib import; a process on built-in defaults reads nothing."""
+    from slurm_triage.config_cache import ConfigFileError, read_config_file
 
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a config file") from None
-    except PermissionError:
-        raise ConfigError(f"{path}: permission denied") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        return read_config_file(path)
+    except ConfigFileError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_config(
@@ -594,7 +639,7 @@ def to_toml(config: Config) -> str:
     lines = [f"# effective slurm-triage configuration (from {config.source})"]
     for section in _SECTIONS:
         lines.append(f"\n[{section}]")
-        for key, value in dataclasses.asdict(getattr(config, section)).items():
+        for key, value in shallow_dict(getattr(config, section)).items():
             lines.append(f"{key} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
 

@@ -4,13 +4,21 @@ default, what it accepts, and the comments written above it in config.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import re
-import typing
-from typing import Any, Literal
+from typing import Any
 
-from slurm_triage.config import _SECTIONS, Config, _describe, _toml_value
+from slurm_triage.config import (
+    _SECTIONS,
+    Choices,
+    Config,
+    _args,
+    _describe,
+    _origin,
+    _toml_value,
+    declared_type,
+)
+from slurm_triage.frozen import fields
 from slurm_triage.taxonomy import Cause
 
 HEADER = """\
@@ -53,9 +61,9 @@ def _number(value: float) -> str:
 
 def _accepts(tp: Any, meta: Any) -> str:
     """What a key accepts, in words, e.g. 'a number, 0.1 to 600'."""
-    if typing.get_origin(tp) in (tuple, list):
-        (item,) = typing.get_args(tp)[:1]
-        if typing.get_origin(item) is Literal and set(typing.get_args(item)) == _CAUSES:
+    if _origin(tp) in (tuple, list):
+        (item,) = _args(tp)[:1]
+        if isinstance(item, Choices) and set(item.values) == _CAUSES:
             return "a list of cause ids (docs/attribution.md)"
         return "a list of " + ("strings" if item is str else _describe(item))
     text = _describe(tp)
@@ -75,12 +83,11 @@ def example_toml(config: Config | None = None) -> str:
     for section, cls in _SECTIONS.items():
         doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
         parts.append(f"\n# {doc}\n[{section}]\n")
-        hints = typing.get_type_hints(cls)
         comments = _comments(cls)
-        for item in dataclasses.fields(cls):
+        for item in fields(cls):
             above, inline = comments.get(item.name, ([], ""))
             parts.extend(f"# {line}\n" if line else "#\n" for line in above)
             value = _toml_value(getattr(getattr(config, section), item.name))
-            accepts = _accepts(hints[item.name], item.metadata)
+            accepts = _accepts(declared_type(cls, item.name), item.metadata)
             parts.append(f"{item.name} = {value}  # {accepts}{'; ' + inline if inline else ''}\n")
     return "".join(parts)

@@ -1,62 +1,218 @@
 """`Frozen`: the base of the frozen records that cost nothing to define (issue 20).
 
 Python 3.11's @dataclass writes the source of every method it generates and compiles it
-with exec() when the class is defined, in every process: about 1 ms for a frozen class
-(__init__, __setattr__, __delattr__, and __eq__, __hash__, __repr__ unless turned off).
-The per-job programs define dozens of them at each start (a wrapped rank 30-odd, a job
-end's decision 60-odd): 28 ms of a wrapped `true`, 42 ms of a decision.
+with exec() when the class is defined, and even with every method turned off it works out
+each class's fields with its general machinery (~0.1 ms a class, and `dataclasses` itself
+imports copy, weakref and inspect). The per-job programs define dozens of records at each
+start (a wrapped rank 30-odd, a job end's decision 60-odd).
 
 A class that derives from `Frozen` is a frozen dataclass without the @dataclass line:
 
     class StepIdentity(Frozen):
         job_id: str
         restart: int = 0
+        tags: tuple[str, ...] = field(default=(), compare=False)  # frozen.field
 
     class Window(Frozen, kw_only=True):  # as @dataclass(frozen=True, kw_only=True)
         ...
 
-Its fields are read by `dataclasses` itself (so fields(), replace(), asdict(), field(),
-__match_args__ and is_dataclass() are the standard ones) with nothing generated; the
-methods it would have generated are written once, here, and read the class's fields from
-a layout worked out on its first use: __init__ (positional and keyword arguments as the
+Its fields are read here, when the class is defined, from its annotations and defaults as
+@dataclass reads them (inherited fields first, a redefined one in its first place;
+`field()` here or `dataclasses.field()` alike), and the methods @dataclass would have
+generated are written once, here: __init__ (positional and keyword arguments as the
 generated one takes them, defaults, default_factory, init=False, kw_only, __post_init__,
 the same TypeErrors), __setattr__ and __delattr__ (FrozenInstanceError), __eq__ (the
 compared fields as a tuple, equal only to an instance of the very same class), __hash__
-(the hashed fields) and __repr__ (`Name(field=value, ...)`, recursion as `...`). mypy
-knows it as a frozen dataclass through `dataclass_transform` (PEP 681).
-The price is a lookup per call and an __init__ run by the interpreter rather than
-compiled for the class: about 1 µs more per construction.
+(the hashed fields) and __repr__ (`Name(field=value, ...)`, recursion as `...`).
 
-tests/unit/test_frozen.py holds every method to the generated one, and the per-job
-programs to defining their frozen records this way.
+`dataclasses` is not imported for any of it. The standard helpers still work on a record:
+its `__dataclass_fields__` is worked out by `dataclasses` itself on first access (so
+dataclasses.fields(), replace(), asdict() and is_dataclass() are the standard ones), and
+`fields()`, `replace()` and `shallow_dict()` here do the same without importing it, for
+the per-job paths. A class whose annotations name ClassVar, InitVar or KW_ONLY is handed to
+@dataclass at once, as before. mypy knows a record as a frozen dataclass through
+`dataclass_transform` (PEP 681).
+
+tests/unit/test_frozen.py holds every method and helper to the generated and standard
+ones, and the per-job programs to defining their frozen records this way.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 import reprlib
+import sys
 from collections.abc import Callable
 
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
-# A job log's classify imports nothing else of typing (~5 ms), and a record needs none of it:
-# at run time dataclass_transform only marks the class for type checkers.
+# At run time dataclass_transform only marks the class for type checkers.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, ClassVar, dataclass_transform
+    import dataclasses
+    from typing import Any, ClassVar, TypeVar, dataclass_transform
 
     _Getter = Callable[[Any], tuple[Any, ...]]
+    _R = TypeVar("_R", bound="Frozen")
 else:
 
     def dataclass_transform(**_kwargs: object) -> Callable[[type], type]:
         return lambda cls: cls
 
 
-_MISSING: Any = dataclasses.MISSING
+class _Missing:
+    """No default: dataclasses.MISSING's stand-in here (translated when dataclasses reads
+    the class)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
 _set = object.__setattr__
 
 
-@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
+class FrozenInstanceError(AttributeError):
+    """Raised on assignment to a record: dataclasses.FrozenInstanceError itself once
+    dataclasses is imported (see _frozen_error), this only if it never is."""
+
+
+def _frozen_error(message: str) -> AttributeError:
+    found = sys.modules.get("dataclasses")
+    return found.FrozenInstanceError(message) if found else FrozenInstanceError(message)
+
+
+class FieldSpec:
+    """What `field()` says of one field, as dataclasses.field's Field does."""
+
+    __slots__ = (
+        "default",
+        "default_factory",
+        "init",
+        "repr",
+        "hash",
+        "compare",
+        "metadata",
+        "kw_only",
+    )
+
+    def __init__(
+        self,
+        default: Any,
+        default_factory: Any,
+        init: bool,
+        repr: bool,  # noqa: A002 - dataclasses.field's own parameter names
+        hash: bool | None,  # noqa: A002
+        compare: bool,
+        metadata: Any,
+        kw_only: Any,
+    ) -> None:
+        if default is not MISSING and default_factory is not MISSING:
+            raise ValueError("cannot specify both default and default_factory")
+        self.default, self.default_factory, self.init = default, default_factory, init
+        self.repr, self.hash, self.compare = repr, hash, compare
+        self.metadata = {} if metadata is None else dict(metadata)
+        self.kw_only = kw_only
+
+
+def field(
+    *,
+    default: Any = MISSING,
+    default_factory: Callable[[], Any] | Any = MISSING,
+    init: bool = True,
+    repr: bool = True,  # noqa: A002
+    hash: bool | None = None,  # noqa: A002
+    compare: bool = True,
+    metadata: Any = None,
+    kw_only: bool | Any = MISSING,
+) -> Any:
+    """dataclasses.field() for a Frozen record, without importing dataclasses."""
+    return FieldSpec(default, default_factory, init, repr, hash, compare, metadata, kw_only)
+
+
+class FieldInfo:
+    """One field of a record, as dataclasses.fields() would give it (MISSING is this
+    module's)."""
+
+    __slots__ = (
+        "name",
+        "type",
+        "default",
+        "default_factory",
+        "init",
+        "repr",
+        "hash",
+        "compare",
+        "metadata",
+        "kw_only",
+    )
+
+    def __init__(self, name: str, annotation: Any, spec: FieldSpec, kw_only: bool) -> None:
+        self.name, self.type = name, annotation
+        self.default, self.default_factory = spec.default, spec.default_factory
+        self.init, self.repr, self.hash = spec.init, spec.repr, spec.hash
+        self.compare, self.metadata = spec.compare, spec.metadata
+        self.kw_only = kw_only
+
+    def __repr__(self) -> str:
+        return f"FieldInfo(name={self.name!r}, default={self.default!r})"
+
+
+# Annotations that @dataclass reads specially: such a class is handed to it (none of ours).
+_SPECIAL = (
+    "ClassVar",
+    "typing.ClassVar",
+    "InitVar",
+    "dataclasses.InitVar",
+    "KW_ONLY",
+    "dataclasses.KW_ONLY",
+)
+
+# cls -> its fields in @dataclass's order; cls -> its own field specs as written.
+_FIELDS: dict[type, tuple[FieldInfo, ...]] = {}
+_WRITTEN: dict[type, dict[str, Any]] = {}
+
+
+class _DataclassFields:
+    """A record's __dataclass_fields__, worked out by dataclasses on first access: only
+    code that uses dataclasses' own helpers imports it."""
+
+    __slots__ = ()
+
+    def __get__(self, instance: object, owner: type) -> Any:
+        if owner not in _FIELDS:  # Frozen itself is no dataclass
+            raise AttributeError("__dataclass_fields__")
+        _as_dataclass(owner)
+        return owner.__dict__["__dataclass_fields__"]
+
+
+def _as_dataclass(cls: type) -> None:
+    """Let dataclasses read the class as it was written (it sets __dataclass_fields__)."""
+    import dataclasses
+
+    for name, written in _WRITTEN[cls].items():
+        if isinstance(written, FieldSpec):
+            written = dataclasses.field(
+                default=_standard(written.default, dataclasses),
+                default_factory=_standard(written.default_factory, dataclasses),
+                init=written.init,
+                repr=written.repr,
+                hash=written.hash,
+                compare=written.compare,
+                metadata=written.metadata,
+                kw_only=_standard(written.kw_only, dataclasses),
+            )
+        type.__setattr__(cls, name, written)
+    kw_only = cls.__dict__.get("_frozen_kw_only", False)
+    dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
+
+
+def _standard(value: Any, dataclasses: Any) -> Any:
+    return dataclasses.MISSING if value is MISSING else value
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
 class Frozen:
     """A frozen dataclass's methods, as @dataclass(frozen=True) would generate them."""
 
@@ -64,15 +220,28 @@ class Frozen:
     if TYPE_CHECKING:  # for dataclasses.fields() and replace() to type-check; typing.get_type_hints
         # of a record must not meet it at run time, where ClassVar is not imported here.
         __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+    else:
+        __dataclass_fields__ = _DataclassFields()
 
     def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # Else @dataclass writes one with inspect.signature: inspect loads on first use
-        # (slurm_triage/__init__.py), and a record must not be that use.
         if not cls.__doc__:
             cls.__doc__ = f"{cls.__name__}({', '.join(cls.__dict__.get('__annotations__', ()))})"
-        # Fields only: with init, repr, eq and frozen off, @dataclass generates no method.
-        dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
+        own = cls.__dict__.get("__annotations__", {})
+        if any(isinstance(a, str) and a.startswith(_SPECIAL) for a in own.values()):
+            import dataclasses  # as @dataclass reads them: none of the records is one
+
+            dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
+            _FIELDS[cls] = tuple(_info(f) for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+            _WRITTEN[cls] = {}
+            return
+        _FIELDS[cls] = _read_fields(cls, own, kw_only)
+        type.__setattr__(cls, "__dataclass_fields__", _DataclassFields())
+        if kw_only:
+            type.__setattr__(cls, "_frozen_kw_only", True)
+        if "__match_args__" not in cls.__dict__:
+            matched = tuple(f.name for f in _FIELDS[cls] if f.init and not f.kw_only)
+            type.__setattr__(cls, "__match_args__", matched)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         init = _INITS.get(self.__class__) or _init_layout(self.__class__)
@@ -89,9 +258,9 @@ class Frozen:
         for name, default, factory in init.rest[len(args) :]:
             if name in kwargs:
                 _set(self, name, kwargs.pop(name))
-            elif default is not _MISSING:
+            elif default is not MISSING:
                 _set(self, name, default)
-            elif factory is not _MISSING:
+            elif factory is not MISSING:
                 _set(self, name, factory())
             else:
                 missing.append(name)
@@ -103,18 +272,18 @@ class Frozen:
                 f"argument {next(iter(kwargs))!r}"
             )
         for name, default, factory in init.not_init:
-            if default is not _MISSING:
+            if default is not MISSING:
                 _set(self, name, default)
-            elif factory is not _MISSING:
+            elif factory is not MISSING:
                 _set(self, name, factory())
         if init.post_init:
             self.__post_init__()  # type: ignore[attr-defined]
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        raise _frozen_error(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        raise _frozen_error(f"cannot delete field {name!r}")
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -129,6 +298,100 @@ class Frozen:
     def __repr__(self) -> str:
         shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in _layout(self.__class__).shown)
         return f"{self.__class__.__qualname__}({shown})"
+
+
+def _read_fields(cls: type, own: dict[str, Any], kw_only: bool) -> tuple[FieldInfo, ...]:
+    """The class's fields as @dataclass reads them: each Frozen base's, in reverse MRO
+    order, then its own annotations; a field's default is the class attribute it sees
+    (inherited ones too), replaced or removed as @dataclass does."""
+    fields: dict[str, FieldInfo] = {}
+    for base in cls.__mro__[-1:0:-1]:
+        for info in _FIELDS.get(base, ()):
+            fields[info.name] = info
+    written: dict[str, Any] = {}
+    standard = sys.modules.get("dataclasses")
+    for name, annotation in own.items():
+        value = getattr(cls, name, MISSING)
+        if isinstance(value, FieldSpec):
+            spec = value
+        elif standard is not None and isinstance(value, standard.Field):
+            spec = _spec_of(value, standard)
+        else:
+            spec = FieldSpec(value, MISSING, True, True, None, True, None, MISSING)
+        if name in cls.__dict__:
+            written[name] = cls.__dict__[name]
+        default = spec.default
+        if default is not MISSING and default.__class__.__hash__ is None:
+            raise ValueError(
+                f"mutable default {type(default)} for field {name} is not allowed: use "
+                "default_factory"
+            )
+        if isinstance(value, FieldSpec) or value is not spec.default:
+            # A field() in the class body: the attribute becomes its default, or goes.
+            if default is MISSING:
+                type.__delattr__(cls, name)
+            else:
+                type.__setattr__(cls, name, default)
+        field_kw_only = kw_only if spec.kw_only is MISSING else spec.kw_only
+        fields[name] = FieldInfo(name, annotation, spec, field_kw_only)
+    for name, value in cls.__dict__.items():
+        if isinstance(value, FieldSpec) or (standard and isinstance(value, standard.Field)):
+            raise TypeError(f"{name!r} is a field but has no type annotation")
+    _WRITTEN[cls] = written
+    return tuple(fields.values())
+
+
+def _spec_of(standard_field: Any, dataclasses: Any) -> FieldSpec:
+    def ours(value: Any) -> Any:
+        return MISSING if value is dataclasses.MISSING else value
+
+    return FieldSpec(
+        ours(standard_field.default),
+        ours(standard_field.default_factory),
+        standard_field.init,
+        standard_field.repr,
+        standard_field.hash,
+        standard_field.compare,
+        standard_field.metadata,
+        ours(standard_field.kw_only),
+    )
+
+
+def _info(standard_field: Any) -> FieldInfo:
+    import dataclasses
+
+    spec = _spec_of(standard_field, dataclasses)
+    return FieldInfo(standard_field.name, standard_field.type, spec, bool(standard_field.kw_only))
+
+
+def fields(record: Frozen | type[Frozen]) -> tuple[FieldInfo, ...]:
+    """dataclasses.fields() of a record, without importing dataclasses."""
+    cls = record if isinstance(record, type) else record.__class__
+    try:
+        return _FIELDS[cls]
+    except KeyError:
+        raise TypeError("must be called with a Frozen record or class") from None
+
+
+def replace(record: _R, **changes: Any) -> _R:
+    """dataclasses.replace() of a record, without importing dataclasses."""
+    for info in fields(record):
+        if not info.init:
+            if info.name in changes:
+                raise ValueError(
+                    f"field {info.name} is declared with init=False, it cannot be specified "
+                    "with replace()"
+                )
+            continue
+        if info.name not in changes:
+            changes[info.name] = getattr(record, info.name)
+    return record.__class__(**changes)
+
+
+def shallow_dict(record: Frozen) -> dict[str, Any]:
+    """Each field's name and value, the values as they are (dataclasses.asdict copies
+    them, recursively)."""
+    return {info.name: getattr(record, info.name) for info in fields(record)}
 
 
 class _Init:
@@ -152,22 +415,22 @@ _INITS: dict[type, _Init] = {}
 
 
 def _init_layout(cls: type) -> _Init:
-    fields = dataclasses.fields(cls)
-    taken = [f for f in fields if f.init]
+    every = fields(cls)
+    taken = [f for f in every if f.init]
     # @dataclass's own order: keyword-only fields after the others.
     ordered = [f for f in taken if not f.kw_only] + [f for f in taken if f.kw_only]
     found = _INITS[cls] = _Init(
         positional=tuple(f.name for f in ordered if not f.kw_only),
         required=sum(1 for f in ordered if not f.kw_only and _required(f)),
         rest=tuple((f.name, f.default, f.default_factory) for f in ordered),
-        not_init=tuple((f.name, f.default, f.default_factory) for f in fields if not f.init),
+        not_init=tuple((f.name, f.default, f.default_factory) for f in every if not f.init),
         post_init=hasattr(cls, "__post_init__"),
     )
     return found
 
 
-def _required(field: dataclasses.Field[Any]) -> bool:
-    return field.default is _MISSING and field.default_factory is _MISSING
+def _required(info: FieldInfo) -> bool:
+    return info.default is MISSING and info.default_factory is MISSING
 
 
 # CPython's own words for a call that does not fit a signature (Python/ceval.c), which the
@@ -219,11 +482,11 @@ _LAYOUTS: dict[type, _Layout] = {}
 def _layout(cls: type) -> _Layout:
     found = _LAYOUTS.get(cls)
     if found is None:
-        fields = dataclasses.fields(cls)
-        compared = [f.name for f in fields if f.compare]
+        every = fields(cls)
+        compared = [f.name for f in every if f.compare]
         # dataclasses._hash_add: a field is hashed if its hash= says so, else if compared.
-        hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
-        shown = tuple(f.name for f in fields if f.repr)
+        hashed = [f.name for f in every if (f.compare if f.hash is None else f.hash)]
+        shown = tuple(f.name for f in every if f.repr)
         found = _LAYOUTS[cls] = _Layout(_values(compared), _values(hashed), shown)
     return found
 

@@ -22,16 +22,23 @@ Pure: the callers read sysfs and NVML.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
 from slurm_triage.frozen import Frozen
 
-GpuOrder = Literal["pci_bus", "minor_number"]
+# typing's flag without importing typing (a rank imports this module, issue 20); mypy takes
+# any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    GpuOrder = Literal["pci_bus", "minor_number"]
+else:
+    GpuOrder = str  # at run time, what its values are
 # The step's own GPUs first; a batch step only has the job's.
 SLURM_GPU_VARS = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
-_BUS_ID = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+# Compiled on first use, by re's own cache: a rank without GPUs never reads a bus id.
+_BUS_ID = r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$"
 MAX_GPU_ID = 1023  # Slurm's gres bitmaps are small; larger numbers are not GPU ids
 
 
@@ -66,7 +73,9 @@ def canonical_bus_id(text: str | bytes | None) -> str | None:
         return None
     if isinstance(text, bytes):
         text = text.decode("ascii", "replace")
-    match = _BUS_ID.match(text.strip())
+    import re
+
+    match = re.match(_BUS_ID, text.strip())
     if match is None:
         return None
     domain, bus, device, function = match.groups()

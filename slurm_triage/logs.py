@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import syslog
 import time
 from _thread import allocate_lock  # threading.Lock itself, without threading (issue 20)
 from collections.abc import Callable, Iterator
@@ -35,12 +34,14 @@ if TYPE_CHECKING:
     from slurm_triage.config import LoggingConfig
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+# syslog's priority names for ours: the module is loaded by a process that logs there only
+# (a shared library to load, on every rank, issue 20).
 _SYSLOG_PRIORITY = {
-    "debug": syslog.LOG_DEBUG,
-    "info": syslog.LOG_INFO,
-    "warning": syslog.LOG_WARNING,
-    "error": syslog.LOG_ERR,
-    "critical": syslog.LOG_CRIT,
+    "debug": "LOG_DEBUG",
+    "info": "LOG_INFO",
+    "warning": "LOG_WARNING",
+    "error": "LOG_ERR",
+    "critical": "LOG_CRIT",
 }
 
 # (level name, rendered line) -> None: where one configured process's lines go.
@@ -82,10 +83,13 @@ def _stream_writer(stream: TextIO) -> Writer:
 
 
 def _syslog_writer(ident: str, facility: str) -> Writer:
+    import syslog
+
     syslog.openlog(ident, syslog.LOG_PID, getattr(syslog, f"LOG_{facility.upper()}"))
+    priority = {level: getattr(syslog, name) for level, name in _SYSLOG_PRIORITY.items()}
 
     def write(level: str, line: str) -> None:
-        syslog.syslog(_SYSLOG_PRIORITY.get(level, syslog.LOG_INFO), line)
+        syslog.syslog(priority.get(level, syslog.LOG_INFO), line)
 
     return write
 

@@ -10,9 +10,12 @@ imported only when asked for, since the wrapper and the Prolog import this on ev
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from slurm_triage.config import HealthConfig, node_path
+
+TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def nvml_module(config: HealthConfig, node: str) -> Any:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 COMMANDS: dict[str, tuple[str, str]] = {
     "config": (
         "slurm_triage.cli.config_cmd",
-        "show the effective configuration or check a config file",
+        "show the effective configuration, check a config file or write its parsed copy",
     ),
     "classify": (
         "slurm_triage.cli.classify_cmd",
@@ -242,11 +242,28 @@ def _wrap_args(argv: list[str]) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_stderr_logging("warning")
+    as_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     args: Any = _wrap_args(argv[1:]) if argv[:1] == ["wrap"] else None
     if args is None:
         args = build_parser(command_asked(argv) or "").parse_args(argv)
-    context = Context(args.config)
+    code = _handle(args, Context(args.config))
+    if as_process and argv[:1] == ["wrap"]:
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """End a rank's wrapper at once, with the child's code: everything it writes (record,
+    log lines, summary) is written and closed by now, and the interpreter's teardown of
+    every module and object was a tenth of a wrapped `true` (issue 20)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to say
+            stream.flush()
+    os._exit(code)
+
+
+def _handle(args: Any, context: Context) -> int:
     try:
         return int(args.handler(args, context) or 0)
     except TriageError as exc:

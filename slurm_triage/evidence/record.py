@@ -12,7 +12,6 @@ int), capped string lengths and fact counts, finite numbers only. Anything wrong
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from enum import StrEnum
 
@@ -26,7 +25,7 @@ from slurm_triage.evidence.facts import (
     NvmlCondition,
     Source,
 )
-from slurm_triage.frozen import Frozen
+from slurm_triage.frozen import MISSING, FieldInfo, Frozen, fields, replace
 from slurm_triage.json_codec import dumps_with, loads_with
 from slurm_triage.taxonomy import Cause
 
@@ -72,7 +71,7 @@ class EvidenceRecord(Frozen):
 def fact_to_dict(fact: Fact) -> dict[str, Any]:
     """A fact as a JSON-ready dict: `kind` first, then its fields (enums as their values)."""
     out: dict[str, Any] = {"kind": fact.KIND}
-    for field in dataclasses.fields(fact):
+    for field in fields(fact):
         value = getattr(fact, field.name)
         out[field.name] = value.value if isinstance(value, StrEnum) else value
     return out
@@ -122,8 +121,8 @@ def parse_record(
         # Whatever else user bytes can provoke drops this record only, never the decision.
         raise EvidenceError(f"evidence record rejected: {_one_line(exc)}") from None
     if trusted_source is Source.USER:
-        facts = tuple(dataclasses.replace(f, source=Source.USER) for f in record.facts)
-        record = dataclasses.replace(record, collected_by=Source.USER, facts=facts)
+        facts = tuple(replace(f, source=Source.USER) for f in record.facts)
+        record = replace(record, collected_by=Source.USER, facts=facts)
     return record
 
 
@@ -198,13 +197,13 @@ def _fact(item: Any, index: int, node: str | None, collected_by: Source) -> Fact
         raise EvidenceError(
             f"{where}: unknown fact kind {_show(kind)} (valid: {', '.join(sorted(FACT_TYPES))})"
         )
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    required = [n for n, f in fields.items() if _is_required(f)]
-    _check_keys(item, ("kind", *fields), required, where)
+    declared = {f.name: f for f in fields(cls)}
+    required = [n for n, f in declared.items() if _is_required(f)]
+    _check_keys(item, ("kind", *declared), required, where)
     values: dict[str, Any] = {}
     for name, value in item.items():
         if name != "kind":
-            values[name] = _convert(value, str(fields[name].type), f"{where}.{name}")
+            values[name] = _convert(value, str(declared[name].type), f"{where}.{name}")
     values.setdefault("node", node)
     values.setdefault("source", collected_by)
     if collected_by is Source.USER and values["source"] is Source.ROOT:
@@ -212,8 +211,8 @@ def _fact(item: Any, index: int, node: str | None, collected_by: Source) -> Fact
     return cls(**values)
 
 
-def _is_required(field: dataclasses.Field[Any]) -> bool:
-    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+def _is_required(field: FieldInfo) -> bool:
+    return field.default is MISSING and field.default_factory is MISSING
 
 
 def _convert(value: Any, annotation: str, where: str) -> Any:

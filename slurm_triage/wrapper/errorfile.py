@@ -18,7 +18,6 @@ import sys
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar, overload
 
 from slurm_triage.frozen import Frozen
 
@@ -32,7 +31,13 @@ MAX_MESSAGE_CHARS = 2000
 MAX_TRACEBACK_CHARS = 8000
 _KEYS = {"schema", "version", "type", "message", "traceback", "time", "pid"}
 
-F = TypeVar("F", bound=Callable[..., Any])
+# typing's flag without importing typing (issue 20: a wrapper imports this module for its
+# reader); mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar, overload
+
+    F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ErrorFileError(ValueError):
@@ -49,10 +54,14 @@ class ErrorReport(Frozen):
     pid: int | None
 
 
-@overload
-def record_exceptions(func: None = None) -> Callable[[F], F]: ...
-@overload
-def record_exceptions(func: F) -> F: ...
+if TYPE_CHECKING:
+
+    @overload
+    def record_exceptions(func: None = None) -> Callable[[F], F]: ...
+    @overload
+    def record_exceptions(func: F) -> F: ...
+
+
 def record_exceptions(func: F | None = None) -> Any:
     """Record uncaught exceptions in $SLURM_TRIAGE_ERROR_FILE (a no-op without the variable).
 

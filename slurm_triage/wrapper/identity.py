@@ -9,7 +9,6 @@ on a workstation. Names become file names, so each part is reduced to a safe cha
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 
 from slurm_triage.frozen import Frozen
@@ -21,8 +20,8 @@ _JOB_VARS = ("SLURM_JOB_ID", "SLURM_JOBID")
 _STEP_VARS = ("SLURM_STEP_ID", "SLURM_STEPID")
 # Per-step counts first: a step may run fewer tasks per node than its job asked for.
 _TASKS_PER_NODE_VARS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_+-]")
-_COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+# What a file-name part may hold; anything else becomes "_" (no `re` on a rank's path, issue 20).
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+-")
 MAX_PART_CHARS = 64
 
 
@@ -86,19 +85,33 @@ def expand_counts(text: str) -> list[int]:
     """Slurm's compressed per-node counts: `"2(x3),1"` -> [2, 2, 2, 1]; [] if unreadable."""
     out: list[int] = []
     for part in text.split(","):
-        match = _COUNT.match(part.strip())
-        if match is None:
+        counted = _count(part.strip())
+        if counted is None:
             return []
-        repeat = int(match.group(2) or 1)
+        count, repeat = counted
         if repeat > 100_000:  # a node list is never that long; do not build a huge list
             return []
-        out.extend([int(match.group(1))] * repeat)
+        out.extend([count] * repeat)
     return out
+
+
+def _count(part: str) -> tuple[int, int] | None:
+    """`N` or `N(xR)` (decimal digits, as `\\d+`): (N, R), R 1 when absent; else None."""
+    count, repeated, rest = part.partition("(x")
+    if not count.isdecimal():
+        return None
+    if not repeated:
+        return int(count), 1
+    times = rest[:-1]
+    if not rest.endswith(")") or not times.isdecimal():
+        return None
+    return int(count), int(times)
 
 
 def safe_part(text: str) -> str:
     """`text` as one safe file-name part: [A-Za-z0-9_+-] only, never empty or dotted."""
-    cleaned = _UNSAFE.sub("_", text.strip())[:MAX_PART_CHARS]
+    kept = text.strip()[:MAX_PART_CHARS]
+    cleaned = "".join(char if char in _SAFE else "_" for char in kept)
     return cleaned or "unknown"
 
 

@@ -9,7 +9,6 @@ dot), fsync, rename, fsync of the directory; a reader sees the whole record or n
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import stat
@@ -28,7 +27,7 @@ from slurm_triage.evidence import (
     parse_record,
     record_to_json,
 )
-from slurm_triage.frozen import Frozen
+from slurm_triage.frozen import Frozen, replace
 from slurm_triage.wrapper.errorfile import ErrorReport
 from slurm_triage.wrapper.identity import StepIdentity
 from slurm_triage.wrapper.supervise import ChildExit
@@ -69,7 +68,7 @@ def build_facts(outcome: RunOutcome, year: int | None = None) -> tuple[Fact, ...
         # stderr is scanned first: that is where Python prints the traceback that ended it.
         root = roots[0]
         rank = root.rank if root.rank is not None else outcome.identity.rank
-        facts.append(dataclasses.replace(root, rank=rank))
+        facts.append(replace(root, rank=rank))
     return tuple(_sane_time(f) for f in facts)
 
 
@@ -113,11 +112,7 @@ def _scan_tails(
             elif isinstance(fact, LogHit):
                 key = (fact.signature, fact.node)
                 seen = hits.get(key)
-                hits[key] = (
-                    fact
-                    if seen is None
-                    else dataclasses.replace(seen, count=seen.count + fact.count)
-                )
+                hits[key] = fact if seen is None else replace(seen, count=seen.count + fact.count)
     return list(hits.values()), roots
 
 
@@ -137,7 +132,7 @@ def _sane_time(fact: Fact) -> Fact:
     when = fact.time
     if when is None or (math.isfinite(when) and when >= 0):
         return fact
-    return dataclasses.replace(fact, time=None)
+    return replace(fact, time=None)
 
 
 def write_record(evidence_dir: str | os.PathLike[str], identity: StepIdentity, data: bytes) -> str:

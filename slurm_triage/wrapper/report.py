@@ -8,11 +8,10 @@ every rank of every job ends here, most of them successfully (issue 20).
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from typing import TYPE_CHECKING
 
 from slurm_triage.evidence import EvidenceError, Fact, ProcessExit, RootException, Stall
+from slurm_triage.frozen import replace
 from slurm_triage.taxonomy import Action, Condition
 from slurm_triage.wrapper.identity import StepIdentity
 from slurm_triage.wrapper.record import (
@@ -24,6 +23,7 @@ from slurm_triage.wrapper.record import (
     write_record,
 )
 
+TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
 if TYPE_CHECKING:
     from slurm_triage.attribution import Attribution
     from slurm_triage.wrapper.first_failure import FirstFailure
@@ -78,7 +78,7 @@ def _facts(outcome: RunOutcome, lines: list[str]) -> tuple[Fact, ...]:
         return build_facts(outcome)
     except Exception as exc:
         lines.append(f"{PREFIX} log scan failed ({_describe(exc)}); recording the exit only")
-        return build_facts(dataclasses.replace(outcome, tails=()))
+        return build_facts(replace(outcome, tails=()))
 
 
 def _encode(identity: StepIdentity, facts: tuple[Fact, ...], lines: list[str]) -> bytes:

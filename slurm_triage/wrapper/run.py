@@ -10,16 +10,13 @@ has exited nothing of ours may change how the wrapper exits: every failure from 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
-from typing import TYPE_CHECKING
 
 from slurm_triage.config import Config, HealthConfig, PathsConfig, WrapperConfig, node_path
 from slurm_triage.evidence import NvmlCondition, NvmlFact, Source, Stall
-from slurm_triage.frozen import Frozen
+from slurm_triage.frozen import Frozen, field, fields, replace, shallow_dict
 from slurm_triage.logs import get_logger
 from slurm_triage.wrapper.errorfile import ErrorFileError, ErrorReport, read_error_file
 from slurm_triage.wrapper.files import Scratch, open_tees
@@ -29,6 +26,7 @@ from slurm_triage.wrapper.stepd import stepd_delivers_to_child
 from slurm_triage.wrapper.supervise import MAIN_THREAD_SIGNALS, ChildExit, Supervisor
 from slurm_triage.wrapper.watch import HangDetector, TreeRss, heartbeat_mtime, tick_for, usage_now
 
+TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
 if TYPE_CHECKING:
     from slurm_triage.wrapper.nvml_watch import NvmlWatcher
 
@@ -56,11 +54,11 @@ class WrapOptions(Frozen):
     def from_config(cls, config: Config, **overrides: object) -> WrapOptions:
         """Options from `config`; overrides that are None (CLI flag not given) are ignored."""
         # Only the keys we know: a key added to [wrapper] later must not break a job.
-        known = {f.name for f in dataclasses.fields(cls)}
-        section = {k: v for k, v in dataclasses.asdict(config.wrapper).items() if k in known}
+        known = {f.name for f in fields(cls)}
+        section = {k: v for k, v in shallow_dict(config.wrapper).items() if k in known}
         base = cls(**section, evidence_dir=config.paths.evidence_dir, health=config.health)
         given = {k: v for k, v in overrides.items() if v is not None}
-        return dataclasses.replace(base, **given)  # type: ignore[arg-type]
+        return replace(base, **given)
 
 
 def already_wrapped(env: Mapping[str, str]) -> bool:
@@ -382,7 +380,7 @@ def _log_usage(
         stderr_bytes=pumps[1].tail.total,
         stdout_error=pumps[0].dst_error,
         stderr_error=pumps[1].dst_error,
-        **dataclasses.asdict(usage),
+        **shallow_dict(usage),
     )
 
 

@@ -11,12 +11,10 @@ default, proctrack/cgroup.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 DEFAULT_PROCTRACK = "proctrack/cgroup"
-_PROCTRACK = re.compile(r"^\s*ProctrackType\s*=\s*(\S+)", re.IGNORECASE | re.MULTILINE)
 MAX_CONF_BYTES = 1 << 20
 
 
@@ -40,8 +38,14 @@ def is_slurmstepd(pid: int) -> bool:
 
 def proctrack_type(slurm_conf: str) -> str:
     """ProctrackType from slurm.conf text (the last setting wins), else Slurm's default."""
-    found = _PROCTRACK.findall(slurm_conf)
-    return found[-1].lower() if found else DEFAULT_PROCTRACK
+    found = DEFAULT_PROCTRACK
+    # Line by line, as slurmctld reads it (no `re` on a rank's path, issue 20).
+    for line in slurm_conf.split("\n"):
+        key, equals, value = line.partition("=")
+        words = value.split()
+        if equals and words and key.strip().lower() == "proctracktype":
+            found = words[0].lower()
+    return found
 
 
 def _comm(pid: int) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -35,6 +34,16 @@ from slurm_triage.wrapper.reap import (
     signal_group,
 )
 from slurm_triage.wrapper.terminal import give_terminal, take_terminal
+
+# signal's functions and numbers without the enums its module builds at import (~1-2 ms
+# of every rank, issue 20); mypy reads them as signal's. TYPE_CHECKING is typing's
+# flag without importing typing.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal
+else:
+    import _signal as signal
+
 
 FORWARDED_SIGNALS = (
     signal.SIGTERM,

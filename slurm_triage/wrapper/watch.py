@@ -8,9 +8,12 @@ file's mtime) and says when the child has made no progress for the configured ti
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from slurm_triage.frozen import Frozen
+
+TYPE_CHECKING = False  # typing's flag without importing typing; mypy takes it as true
+if TYPE_CHECKING:
+    from typing import Any
 
 # Never poll more often than this, nor less often (a 30-minute timeout still ticks at 5 s).
 MIN_TICK_S = 0.05

@@ -83,10 +83,20 @@ NOT_IN_WRAP = (
     "ipaddress",
     "fnmatch",
     "json",
+    # Nor dataclasses and with it copy (a record's fields are read by frozen.py), the ctypes
+    # package (the subreaper's prctl is made from _ctypes), signal (its enums: the wrapper
+    # uses _signal's functions and numbers) or syslog (loaded for a syslog destination).
+    "dataclasses",
+    "copy",
+    "ctypes",
+    "signal",
+    "syslog",
 )
 # Nor, when the config file has its fresh parsed copy beside it (config_cache, issue 20),
-# the TOML parser, with the string and datetime modules it imports.
-NOT_IN_WRAP_WITH_A_CONFIG_COPY = ("tomllib", "string", "datetime")
+# the TOML parser, with the string, datetime, typing and re modules it imports (the
+# config reads its keys' Literals itself: config.declared_type; tomllib was the last user
+# of typing and re on a rank's path).
+NOT_IN_WRAP_WITH_A_CONFIG_COPY = ("tomllib", "string", "datetime", "typing", "re")
 # A Prolog on a node that passes does not attribute anything.
 NOT_IN_PROLOG = ("slurm_triage.attribution.engine", "slurm_triage.attribution.signatures")
 # A Prolog the node agent answers: the client alone (socket, struct, json). None of the
