@@ -131,29 +131,24 @@ def field(
     return FieldSpec(default, default_factory, init, repr, hash, compare, metadata, kw_only)
 
 
-class FieldInfo:
+class FieldInfo(FieldSpec):
     """One field of a record, as dataclasses.fields() would give it (MISSING is this
-    module's)."""
+    module's): its spec with the name, the annotation and kw_only resolved."""
 
-    __slots__ = (
-        "name",
-        "type",
-        "default",
-        "default_factory",
-        "init",
-        "repr",
-        "hash",
-        "compare",
-        "metadata",
-        "kw_only",
-    )
+    __slots__ = ("name", "type")
 
     def __init__(self, name: str, annotation: Any, spec: FieldSpec, kw_only: bool) -> None:
+        super().__init__(
+            spec.default,
+            spec.default_factory,
+            spec.init,
+            spec.repr,
+            spec.hash,
+            spec.compare,
+            spec.metadata,
+            kw_only,
+        )
         self.name, self.type = name, annotation
-        self.default, self.default_factory = spec.default, spec.default_factory
-        self.init, self.repr, self.hash = spec.init, spec.repr, spec.hash
-        self.compare, self.metadata = spec.compare, spec.metadata
-        self.kw_only = kw_only
 
     def __repr__(self) -> str:
         return f"FieldInfo(name={self.name!r}, default={self.default!r})"
