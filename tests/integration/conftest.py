@@ -43,7 +43,7 @@ def every_failed_end_has_an_admin_comment(devcluster):  # type: ignore[no-untype
         return
     missing: list[str] = []
     for _ in range(20):  # accounting may take a moment after the last decision
-        out = subprocess.run(
+        done = subprocess.run(
             [
                 "sacct",
                 "-X",
@@ -58,10 +58,14 @@ def every_failed_end_has_an_admin_comment(devcluster):  # type: ignore[no-untype
             capture_output=True,
             text=True,
             timeout=60,
-        ).stdout
+        )
+        out = done.stdout
         comments = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
         missing = [str(j) for j in failed if not comments.get(str(j), "").strip()]
         if not missing:
             return
         time.sleep(1)
-    raise AssertionError(f"no AdminComment in accounting for failed job(s) {', '.join(missing)}")
+    raise AssertionError(
+        f"no AdminComment in accounting for failed job(s) {', '.join(missing)}"
+        f" (sacct exit {done.returncode}: {done.stderr.strip()[:500]!r})"
+    )

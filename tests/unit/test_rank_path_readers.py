@@ -251,9 +251,18 @@ def test_the_wrapper_process_ends_without_the_interpreter_s_teardown(tmp_path: P
     assert done.returncode == 3, done.stderr
     assert done.stdout == "buffered before the wrap"
     assert "TEARDOWN" not in done.stderr and "NOT REACHED" not in done.stderr
-    from slurm_triage.cli.main import main
-
-    assert main(["--config", str(config), "wrap", "--", "sh", "-c", "exit 4"]) == 4
+    # In a process of its own too: a wrap in pytest's process would make pytest a subreaper
+    # and kill its descendants at the end (the test cluster's daemons among them).
+    in_process = (
+        "import sys\n"
+        "from slurm_triage.cli.main import main\n"
+        f"code = main(['--config', {str(config)!r}, 'wrap', '--', 'sh', '-c', 'exit 4'])\n"
+        "print('RETURNED', code)\n"
+    )
+    returned = subprocess.run(
+        [sys.executable, "-c", in_process], env=env, capture_output=True, text=True
+    )
+    assert returned.stdout == "RETURNED 4\n", returned.stderr
 
 
 def test_become_subreaper_sets_it_as_ctypes_would() -> None:
