@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -273,9 +274,62 @@ def exit_like(child: ChildExit) -> int:
     sig = child.signal_number
     # The child already dumped core if it was going to; the wrapper must not add its own.
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    if sig in (signal.SIGTERM, signal.SIGKILL):
+        wait_for_readers((1, 2))
     if sig not in (signal.SIGKILL, signal.SIGSTOP):  # these cannot have handlers
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
     os.kill(os.getpid(), sig)
     # Only signals whose default action is to ignore (SIGCHLD, SIGURG, ...) get here.
     return 128 + sig
+
+
+# srun stops copying a step's output as soon as a task is reported dead of SIGTERM or
+# SIGKILL (slurm_step_launch_wait_finish: "Force Terminated", then client_io_handler_abort),
+# so a rank's last lines still in slurmstepd's pipe are lost: the summary of a rank that srun
+# ended along with the failing one was missing from the job log. Before dying of those two
+# signals, the wrapper lets the reader take what is in its stdout and stderr pipes first.
+DRAIN_TIMEOUT_S = 1.0
+# Past the pipe, slurmstepd still passes the bytes on to srun, which writes them; our death
+# reaches srun on another connection.
+DRAIN_SETTLE_S = 0.05
+_FIONREAD = 0x541B  # Linux; where unsupported the ioctl fails and nothing is waited for
+
+
+def wait_for_readers(
+    fds: Sequence[int],
+    timeout_s: float = DRAIN_TIMEOUT_S,
+    settle_s: float = DRAIN_SETTLE_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Wait (at most `timeout_s`) until every pipe among `fds` has been read empty, then
+    `settle_s`; files, terminals and closed descriptors are not waited for. False when a
+    pipe was still holding data at the timeout."""
+    pipes = [fd for fd in fds if _is_pipe(fd)]
+    if not pipes:
+        return True
+    deadline = clock() + timeout_s
+    while any(_unread(fd) for fd in pipes):
+        if clock() >= deadline:
+            return False
+        time.sleep(0.005)
+    time.sleep(settle_s)
+    return True
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def _unread(fd: int) -> int:
+    import fcntl
+
+    buffer = bytearray(4)
+    try:
+        fcntl.ioctl(fd, _FIONREAD, buffer)
+    except OSError:
+        return 0
+    return int.from_bytes(buffer, "little", signed=True)
