@@ -12,7 +12,7 @@ tables (tens of milliseconds on every job start).
 
 from __future__ import annotations
 
-import importlib
+import sys
 
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
@@ -87,7 +87,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_HOME[name]}")
+    # __import__, not importlib.import_module: the importlib package (with warnings) is no
+    # import of classify's path (issue 20).
+    home = f"{__name__}.{_HOME[name]}"
+    __import__(home)
+    module = sys.modules[home]
     value = getattr(module, _RENAMED.get(name, name))
     globals()[name] = value
     return value

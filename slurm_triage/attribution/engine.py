@@ -17,7 +17,6 @@ The taxonomy's five rules, in the order they apply:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from slurm_triage.attribution.findings import (
     Finding,
@@ -33,7 +32,7 @@ from slurm_triage.evidence import (
     SlurmState,
     fact_to_dict,
 )
-from slurm_triage.frozen import Frozen
+from slurm_triage.frozen import Frozen, replace
 from slurm_triage.job_state import JobState
 from slurm_triage.taxonomy import Action, Cause, Condition, Domain, info
 

@@ -7,10 +7,8 @@ Bad input raises TriageError with one line.
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable
-from datetime import tzinfo
-from pathlib import Path
 
 from slurm_triage.attribution.logscan import DEFAULT_TAIL_BYTES, read_tail, scan_file
 from slurm_triage.errors import TriageError
@@ -25,6 +23,14 @@ from slurm_triage.evidence import (
     parse_record,
     parse_signal,
 )
+
+# typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import tzinfo
+
+    FilePath = str | os.PathLike[str]
 
 _EXIT = re.compile(r"\s*(-?\d{1,3})(?::(\d{1,3}))?\s*")
 
@@ -61,7 +67,7 @@ def parse_exit(text: str) -> tuple[int, int | None]:
     return int(found.group(1)), int(found.group(2)) if found.group(2) else None
 
 
-def read_evidence(path: Path, *, follow_symlinks: bool = True) -> list[Fact]:
+def read_evidence(path: FilePath, *, follow_symlinks: bool = True) -> list[Fact]:
     """The facts of one evidence record file: size-capped, non-blocking, strictly parsed."""
     data, whole = read_tail(path, MAX_RECORD_BYTES, follow_symlinks=follow_symlinks)
     if not whole:
@@ -77,9 +83,9 @@ def collect(
     state: str | None = None,
     exit_code: str | int | None = None,
     signal: str | int | None = None,
-    logs: Iterable[tuple[str | None, Path]] = (),
-    kernel_logs: Iterable[tuple[str | None, Path]] = (),
-    evidence: Iterable[Path] = (),
+    logs: Iterable[tuple[str | None, FilePath]] = (),
+    kernel_logs: Iterable[tuple[str | None, FilePath]] = (),
+    evidence: Iterable[FilePath] = (),
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     year: int | None = None,
     tz: tzinfo | None = None,

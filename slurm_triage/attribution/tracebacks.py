@@ -14,11 +14,10 @@ received by PID n"); that block, not the wrapper exception, is the root.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from slurm_triage.attribution.matcher import classify_exception
 from slurm_triage.attribution.tiers import Tier
-from slurm_triage.frozen import Frozen
+from slurm_triage.frozen import Frozen, replace
 from slurm_triage.taxonomy import Cause
 
 HEADER = "Traceback (most recent call last):"

@@ -7,17 +7,17 @@ argparse so that a bad one is a single `slurm-triage: error: ...` line with exit
 
 from __future__ import annotations
 
-import argparse
-import json
+import os
 import re
-from datetime import datetime
-from pathlib import Path
+import time
 
+from slurm_triage.cli.plain_args import PlainArgs, read_options
 from slurm_triage.errors import TriageError
 
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
     from typing import Any
 
 _NODE_PATH = re.compile(r"^(?P<node>[A-Za-z0-9][A-Za-z0-9_.-]*)=(?P<path>.+)$")
@@ -38,6 +38,8 @@ exit status: 0 classified, 2 bad input (missing file, bad state or signal)."""
 
 
 def register(sub: Any) -> None:
+    import argparse
+
     parser = sub.add_parser(
         "classify",
         help=HELP,
@@ -94,6 +96,39 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=_classify)
 
 
+# What parse_without_argparse reads: the options as register gives them to argparse.
+_VALUED = {
+    f"--{name.replace('_', '-')}": (name, str)
+    for name in ("state", "exit_code", "signal", "end_time", "tail_bytes")
+}
+_APPENDED = {"--log": "log", "--kernel-log": "kernel_log", "--evidence": "evidence"}
+_DEFAULTS = {name: None for name, _ in _VALUED.values()} | {
+    "log": [],
+    "kernel_log": [],
+    "evidence": [],
+    "json": False,
+}
+
+
+def parse_without_argparse(argv: list[str]) -> PlainArgs | None:
+    """The arguments after `classify` as `slurm-triage`'s parser reads them, when every word
+    is one of classify's options written in full (`--opt V`, `--opt=V`, `--json`); None for
+    anything else (help, an abbreviation, an unknown option or word, a missing value or one
+    that begins with '-'), which the caller leaves to argparse. A researcher's classify on
+    a login node, and every corpus case, starts without argparse (issue 20).
+    tests/unit/test_classify_args.py runs both over the same argv."""
+    values = read_options(
+        argv,
+        valued=_VALUED,
+        appended=_APPENDED,
+        flags={"--json": ("json", True)},
+        defaults=_DEFAULTS,
+    )
+    if values is None:
+        return None
+    return PlainArgs(command="classify", config=None, **values, handler=_classify)
+
+
 def _classify(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage.attribution import attribute, job_window
 
@@ -102,7 +137,10 @@ def _classify(args: argparse.Namespace, context: Any) -> int:
     window = job_window(end_time) if end_time is not None else None
     result = attribute(facts, window=window)
     if args.json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False))
+        # json.dumps's text without the json package (issue 20)
+        from slurm_triage.json_codec import dumps_with
+
+        print(dumps_with(ensure_ascii=False)(result.to_dict()))
     else:
         print(_explain(result))
     return 0
@@ -113,7 +151,7 @@ def _collect(args: argparse.Namespace, end_time: float | None) -> list[Any]:
     from slurm_triage.attribution.inputs import collect
 
     tail = _parse_tail_bytes(args.tail_bytes) if args.tail_bytes else DEFAULT_TAIL_BYTES
-    year = datetime.fromtimestamp(end_time or datetime.now().timestamp()).year
+    year = time.localtime(end_time or time.time()).tm_year
     # Naive times in logs are the cluster's local time, the zone this command runs in.
     return collect(
         state=args.state,
@@ -121,7 +159,7 @@ def _collect(args: argparse.Namespace, end_time: float | None) -> list[Any]:
         signal=args.signal,
         logs=[_node_and_path(spec) for spec in args.log],
         kernel_logs=[_node_and_path(spec) for spec in args.kernel_log],
-        evidence=[Path(name) for name in args.evidence],
+        evidence=list(args.evidence),
         tail_bytes=tail,
         year=year,
         tz=None,
@@ -140,23 +178,32 @@ def _parse_tail_bytes(text: str) -> int:
 
 
 def _parse_time(text: str) -> float:
+    bad = TriageError(f"bad --end-time {text!r}: expected epoch seconds or ISO 8601")
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        pass
+        seconds = None
+    if seconds is None:
+        from datetime import datetime
+
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise bad from None
+        seconds = moment.timestamp() if moment.tzinfo else moment.astimezone().timestamp()
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise TriageError(f"bad --end-time {text!r}: expected epoch seconds or ISO 8601") from None
-    return moment.timestamp() if moment.tzinfo else moment.astimezone().timestamp()
+        time.localtime(seconds)  # the year of the logs' naive times is read from it
+    except (OverflowError, OSError, ValueError):
+        raise bad from None  # nan, inf, or beyond the platform's time_t
+    return seconds
 
 
-def _node_and_path(spec: str) -> tuple[str | None, Path]:
+def _node_and_path(spec: str) -> tuple[str | None, str]:
     """`node01=/path/x.log` → ("node01", path); a bare path (even one with '=') → (None, path)."""
     found = _NODE_PATH.match(spec)
-    if found and not Path(spec).exists():
-        return found.group("node"), Path(found.group("path"))
-    return None, Path(spec)
+    if found and not os.path.exists(spec):
+        return found.group("node"), found.group("path")
+    return None, spec
 
 
 _ACTIONS = {

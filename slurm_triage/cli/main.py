@@ -231,20 +231,27 @@ def command_asked(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _wrap_args(argv: list[str]) -> Any:
-    """`wrap`'s arguments as its parser reads them, without argparse (every rank of every
-    job starts `wrap`, and argparse with re, gettext and locale was a sixth of its start:
-    issue 20); None for anything the short reader leaves to argparse (--help, an error)."""
-    from slurm_triage.cli.wrap_cmd import parse_without_argparse
+def _short_args(argv: list[str]) -> Any:
+    """`wrap`'s or `classify`'s arguments as their parser reads them, without argparse
+    (every rank of every job starts `wrap`, and argparse with re, gettext and locale was a
+    sixth of its start; for `classify` a third: issue 20); None for any other command and
+    for anything a short reader leaves to argparse (--help, an error)."""
+    if argv[:1] == ["wrap"]:
+        from slurm_triage.cli.wrap_cmd import parse_without_argparse
 
-    return parse_without_argparse(argv)
+        return parse_without_argparse(argv[1:])
+    if argv[:1] == ["classify"]:
+        from slurm_triage.cli.classify_cmd import parse_without_argparse as classify_args
+
+        return classify_args(argv[1:])
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_stderr_logging("warning")
     as_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
-    args: Any = _wrap_args(argv[1:]) if argv[:1] == ["wrap"] else None
+    args: Any = _short_args(argv)
     if args is None:
         args = build_parser(command_asked(argv) or "").parse_args(argv)
     code = _handle(args, Context(args.config))

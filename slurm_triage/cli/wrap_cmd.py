@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from slurm_triage.cli.plain_args import PlainArgs
 from slurm_triage.errors import TriageError
 
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
@@ -99,20 +100,7 @@ _VALUED = {
 _FLAGS = {"--no-nvml": "watch_nvml", "--keep-on-xid": "end_on_fatal_xid"}
 
 
-class WrapArgs:
-    """What argparse's Namespace holds after `slurm-triage wrap ...`: one attribute per
-    dest, compared by value (tests compare it with the Namespace)."""
-
-    def __init__(self, **values: Any) -> None:
-        self.__dict__.update(values)
-
-    def __eq__(self, other: object) -> bool:
-        return vars(self) == vars(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-def parse_without_argparse(argv: list[str]) -> WrapArgs | None:
+def parse_without_argparse(argv: list[str]) -> PlainArgs | None:
     """The arguments after `wrap` as `slurm-triage`'s parser reads them, when they are in
     the plain grammar every sbatch script uses: wrap's options written in full (`--opt V`,
     `--opt=V`, flags), then `--` or the first word that is not an option, which begins the
@@ -157,7 +145,7 @@ def parse_without_argparse(argv: list[str]) -> WrapArgs | None:
         words = command[: command.index("--")] if "--" in command else command
         if any(word.startswith("-") for word in words):
             return None
-    return WrapArgs(**values, command=command, handler=_wrap)
+    return PlainArgs(**values, command=command, handler=_wrap)
 
 
 def _wrap(args: argparse.Namespace, context: Any) -> int:

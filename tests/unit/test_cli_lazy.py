@@ -67,7 +67,8 @@ def test_command_asked_skips_options_and_the_config_value(
 
 
 def test_wrap_imports_no_other_commands_module() -> None:
-    """Parsing `wrap -- true` imports wrap's module and none of the others'."""
+    """Parsing `wrap -- true` imports wrap's module (and the short readers' shared module)
+    and none of the other commands'."""
     code = (
         "import sys\n"
         "from slurm_triage.cli.main import build_parser, command_asked\n"
@@ -76,7 +77,11 @@ def test_wrap_imports_no_other_commands_module() -> None:
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('slurm_triage.cli.'))))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["slurm_triage.cli.main", "slurm_triage.cli.wrap_cmd"]
+    assert done.stdout.split() == [
+        "slurm_triage.cli.main",
+        "slurm_triage.cli.plain_args",
+        "slurm_triage.cli.wrap_cmd",
+    ]
 
 
 @pytest.mark.parametrize("columns", ["100", "0", "", "wide", "-5", "40"])

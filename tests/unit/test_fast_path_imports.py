@@ -286,7 +286,7 @@ def test_classify_of_a_job_log_reads_no_kernel_tables(tmp_path: Path) -> None:
         f"    main(['classify', '--state', 'FAILED', '--exit-code', '1', '--log', 'n1={log}'])\n"
         "except SystemExit:\n    pass\n"
     )
-    modules = _imported(code, tmp_path, {})
+    modules = _imported(code, tmp_path, {}, site=False)
     assert "slurm_triage.attribution.engine" in modules
     denied = (
         "slurm_triage.attribution.kernel",
@@ -297,5 +297,16 @@ def test_classify_of_a_job_log_reads_no_kernel_tables(tmp_path: Path) -> None:
     # Nor threading (the log writer's lock is _thread's), signal (its Signals enum is built
     # for a signal's name, which a job log's classify never needs) or typing (its modules
     # import it for type checkers only, and a record needs none of it: frozen.py).
-    left_out = STDLIB_LEFT_OUT + ("threading", "signal", "typing")
+    # Nor argparse (with gettext and locale: classify reads plain options itself), pathlib
+    # (with urllib.parse and ipaddress) or dataclasses (records are frozen.Frozen).
+    left_out = STDLIB_LEFT_OUT + (
+        "threading",
+        "signal",
+        "typing",
+        "argparse",
+        "gettext",
+        "locale",
+        "pathlib",
+        "dataclasses",
+    )
     assert _present(modules, NEVER + denied + left_out) == []
