@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from slurm_triage.attribution.needles_table import NEEDLES
 from slurm_triage.attribution.signatures import (
     EXCEPTION_TYPES,
     SIGNATURES,
@@ -116,7 +117,24 @@ def _literal_runs(alternative: str) -> list[str]:
     return runs
 
 
-_NEEDLES: dict[str, tuple[str, ...]] = {s.name: needles_of(s.regex) for s in SIGNATURES}
+def needles_table_text() -> str:
+    """The text of `needles_table.py`: every signature regex with its needles."""
+    rows = "".join(f"    {s.regex!r}: {needles_of(s.regex)!r},\n" for s in SIGNATURES)
+    return f"{_TABLE_DOC}\n# ruff: noqa: E501\n# fmt: off\nNEEDLES = {{\n{rows}}}\n"
+
+
+_TABLE_DOC = '''"""Each signature regex's needles as matcher.needles_of derives them, so that a
+start does not derive them again (~2 ms of every classify and decision, issue 20). Generated:
+`python -m slurm_triage.attribution.matcher > slurm_triage/attribution/needles_table.py`.
+A regex not found here (the signature table edited since) has its needles derived at
+import, so a stale table is slower, never wrong; tests/unit/test_logscan.py fails until it
+is written again."""
+'''
+
+# A table written for these regexes, else derived (and a vague regex fails here, at import).
+_NEEDLES: dict[str, tuple[str, ...]] = {
+    s.name: NEEDLES.get(s.regex) or needles_of(s.regex) for s in SIGNATURES
+}
 _ALL_NEEDLES = tuple(sorted({n for ns in _NEEDLES.values() for n in ns}))
 
 
@@ -171,3 +189,7 @@ def classify_exception(exc_type: str, message: str) -> tuple[Cause, Tier, str]:
         return best.cause, best.role, best.name
     cause, role = EXCEPTION_TYPES.get(short, (Cause.USER_CODE, Tier.ERROR))
     return cause, role, f"exception {short}"
+
+
+if __name__ == "__main__":
+    print(needles_table_text(), end="")

@@ -403,3 +403,33 @@ def test_signatures_compile_on_first_use_only():
     assert hits and set(hits) <= set(after)
     assert len(after) < len(SIGNATURES) // 4
     assert all(sig.pattern.pattern == sig.regex for sig in SIGNATURES)
+
+
+def test_the_needles_table_is_current():
+    """needles_table.py holds what needles_of derives for every signature regex, and is the
+    generator's text: after an edit of the signature table it fails until the file is
+    written again (`python -m slurm_triage.attribution.matcher > .../needles_table.py`)."""
+    from pathlib import Path
+
+    from slurm_triage.attribution import SIGNATURES, matcher
+    from slurm_triage.attribution.needles_table import NEEDLES
+
+    assert {s.regex: matcher.needles_of(s.regex) for s in SIGNATURES} == NEEDLES
+    assert {s.name: NEEDLES[s.regex] for s in SIGNATURES} == matcher._NEEDLES
+    table = Path(matcher.__file__).with_name("needles_table.py")
+    assert table.read_text() == matcher.needles_table_text()
+
+
+def test_a_regex_missing_from_the_needles_table_is_derived(monkeypatch):
+    """A stale table is slower, never wrong: a regex it lacks gets derived needles."""
+    import importlib
+
+    from slurm_triage.attribution import matcher, needles_table
+
+    monkeypatch.setattr(needles_table, "NEEDLES", {})
+    try:
+        fresh = importlib.reload(matcher)
+        assert {s.name: matcher.needles_of(s.regex) for s in fresh.SIGNATURES} == fresh._NEEDLES
+    finally:
+        monkeypatch.undo()
+        importlib.reload(matcher)
