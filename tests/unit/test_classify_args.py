@@ -5,16 +5,13 @@ it accepts, and accept nothing argparse refuses or answers with help."""
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import functools
-import io
 import random
 
 import pytest
 
 from slurm_triage.cli.classify_cmd import parse_without_argparse
-from slurm_triage.cli.main import build_parser, main
+from slurm_triage.cli.main import main
+from tests.unit.short_reader_check import agrees
 
 PLAIN = [
     [],
@@ -51,30 +48,8 @@ LEFT_TO_ARGPARSE = [
 ]
 
 
-@functools.cache
-def _parser() -> argparse.ArgumentParser:
-    return build_parser("classify")
-
-
-def _argparse(argv: list[str]) -> object:
-    """argparse's namespace for `classify ARGV`, or ('exit', code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            return _parser().parse_args(["classify", *argv])
-    except SystemExit as exc:
-        return ("exit", exc.code, out.getvalue(), err.getvalue())
-
-
 def _agrees(argv: list[str]) -> bool:
-    """Whether the short reader gave argparse's namespace (True) or left it (False); a
-    namespace that differs, or one where argparse fails, is an assertion error."""
-    mine, theirs = parse_without_argparse(argv), _argparse(argv)
-    if mine is None:
-        return False
-    assert not isinstance(theirs, tuple), (argv, theirs)
-    assert sorted(vars(mine).items()) == sorted(vars(theirs).items()), argv
-    return True
+    return agrees("classify", parse_without_argparse, argv)
 
 
 @pytest.mark.parametrize("argv", PLAIN, ids=repr)

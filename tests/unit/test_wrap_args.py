@@ -5,16 +5,13 @@ every argv it accepts, and accept nothing argparse refuses or answers with help.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import functools
-import io
 import random
 
 import pytest
 
-from slurm_triage.cli.main import build_parser, main
+from slurm_triage.cli.main import main
 from slurm_triage.cli.wrap_cmd import parse_without_argparse
+from tests.unit.short_reader_check import agrees
 
 # Accepted by the short reader: each gives argparse's namespace.
 PLAIN = [
@@ -76,35 +73,8 @@ LEFT_TO_ARGPARSE = [
 ]
 
 
-@functools.cache
-def _parser() -> argparse.ArgumentParser:
-    return build_parser("wrap")
-
-
-def _argparse(argv: list[str]) -> object:
-    """argparse's namespace for `wrap ARGV`, or ('exit', code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            return _parser().parse_args(["wrap", *argv])
-    except SystemExit as exc:
-        return ("exit", exc.code, out.getvalue(), err.getvalue())
-
-
 def _agrees(argv: list[str]) -> bool:
-    """Whether the short reader gave argparse's namespace (True) or left it (False); a
-    namespace that differs, or one where argparse fails, is an assertion error."""
-    mine, theirs = parse_without_argparse(argv), _argparse(argv)
-    if mine is None:
-        return False
-    assert not isinstance(theirs, tuple), (argv, theirs)
-    # repr: a nan read from "--kill-grace nan" is no nan's equal
-    assert _fields(mine) == _fields(theirs), argv
-    return True
-
-
-def _fields(namespace: object) -> str:
-    return repr(sorted(vars(namespace).items(), key=lambda item: item[0]))
+    return agrees("wrap", parse_without_argparse, argv)
 
 
 @pytest.mark.parametrize("argv", PLAIN, ids=repr)

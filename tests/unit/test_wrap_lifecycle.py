@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from slurm_triage.attribution import attribute
 from slurm_triage.evidence import ProcessExit, Stall, parse_record
@@ -217,45 +218,45 @@ def _unread(fd: int) -> int:
     return int.from_bytes(buffer, "little")
 
 
-def test_a_rank_dying_of_sigterm_waits_for_its_output_to_be_read(tmp_path: Path) -> None:
-    """srun stops copying a step's output once a task is reported dead of SIGTERM, so the
-    wrapper dies of its child's SIGTERM only after its stderr pipe has been read (bounded):
-    with its summary waiting unread it is still alive; read, it dies of the signal."""
+def _wrap_into_a_pipe(tmp_path: Path, script: str) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """`wrap -- sh -c SCRIPT` with its stderr a pipe the test reads when it chooses."""
     proc = subprocess.Popen(
-        [*WRAP, "--", "sh", "-c", "kill -TERM $$"],
+        [*WRAP, "--", "sh", "-c", script],
         env=wrap_env(tmp_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     assert proc.stderr is not None
+    return proc, proc.stderr
+
+
+def test_a_rank_dying_of_sigterm_waits_for_its_output_to_be_read(tmp_path: Path) -> None:
+    """srun stops copying a step's output once a task is reported dead of SIGTERM, so the
+    wrapper dies of its child's SIGTERM only after its stderr pipe has been read (bounded):
+    with its summary waiting unread it is still alive; read, it dies of the signal."""
+    proc, stderr = _wrap_into_a_pipe(tmp_path, "kill -TERM $$")
     try:
         deadline = time.monotonic() + 20
-        while _unread(proc.stderr.fileno()) == 0 and proc.poll() is None:
+        while _unread(stderr.fileno()) == 0 and proc.poll() is None:
             assert time.monotonic() < deadline, "no summary from the wrapper"
             time.sleep(0.01)
         time.sleep(0.3)  # more than the settle time; less than the drain timeout
         assert proc.poll() is None, "the wrapper died with its summary unread"
-        summary = os.read(proc.stderr.fileno(), 65536).decode()
+        summary = os.read(stderr.fileno(), 65536).decode()
         assert proc.wait(timeout=10) == -signal.SIGTERM
         assert "slurm-triage: job 77 nodeA rank 0:" in summary, summary
     finally:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait()
-        proc.stderr.close()
+        stderr.close()
 
 
 def test_an_unread_pipe_holds_the_dying_wrapper_for_a_bounded_time(tmp_path: Path) -> None:
     """Nobody reading the wrapper's stderr does not keep it from dying of the signal."""
-    result = subprocess.Popen(
-        [*WRAP, "--", "sh", "-c", "kill -KILL $$"],
-        env=wrap_env(tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert result.stderr is not None
+    result, stderr = _wrap_into_a_pipe(tmp_path, "kill -KILL $$")
     try:
         assert result.wait(timeout=20) == -signal.SIGKILL
-        assert "rank 0:" in result.stderr.read().decode()
+        assert "rank 0:" in stderr.read().decode()
     finally:
-        result.stderr.close()
+        stderr.close()
