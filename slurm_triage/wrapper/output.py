@@ -24,15 +24,7 @@ import threading
 import time
 from collections import deque
 
-# signal's functions and numbers without the enums its module builds at import (~1-2 ms
-# of every rank, issue 20); mypy reads them as signal's. TYPE_CHECKING is typing's
-# flag without importing typing.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import signal
-else:
-    import _signal as signal
-
+from slurm_triage.wrapper.plain_signal import signal
 
 CHUNK_BYTES = 256 * 1024
 # Larger pipes mean fewer wake-ups when the child writes fast; 1 MiB is the unprivileged

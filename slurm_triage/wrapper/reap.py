@@ -11,15 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 
-# signal's functions and numbers without the enums its module builds at import (~1-2 ms
-# of every rank, issue 20); mypy reads them as signal's. TYPE_CHECKING is typing's
-# flag without importing typing.
+from slurm_triage.wrapper.plain_signal import signal
+
+# typing's flag without importing typing: mypy takes any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import signal
     from typing import Any
-else:
-    import _signal as signal
 
 
 _PR_SET_CHILD_SUBREAPER = 36

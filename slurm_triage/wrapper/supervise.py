@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 
 from slurm_triage.frozen import Frozen
+from slurm_triage.wrapper.plain_signal import signal
 from slurm_triage.wrapper.reap import (
     become_subreaper,
     has_children,
@@ -35,16 +36,6 @@ from slurm_triage.wrapper.reap import (
     signal_group,
 )
 from slurm_triage.wrapper.terminal import give_terminal, take_terminal
-
-# signal's functions and numbers without the enums its module builds at import (~1-2 ms
-# of every rank, issue 20); mypy reads them as signal's. TYPE_CHECKING is typing's
-# flag without importing typing.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import signal
-else:
-    import _signal as signal
-
 
 FORWARDED_SIGNALS = (
     signal.SIGTERM,

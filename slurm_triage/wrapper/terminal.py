@@ -13,14 +13,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-# signal's functions and numbers without the enums its module builds at import (~1-2 ms
-# of every rank, issue 20); mypy reads them as signal's. TYPE_CHECKING is typing's
-# flag without importing typing.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import signal
-else:
-    import _signal as signal
+from slurm_triage.wrapper.plain_signal import signal
 
 
 def give_terminal(pgid: int, fd: int = 0) -> int | None:
