@@ -284,7 +284,6 @@ DRAIN_TIMEOUT_S = 1.0
 # Past the pipe, slurmstepd still passes the bytes on to srun, which writes them; our death
 # reaches srun on another connection.
 DRAIN_SETTLE_S = 0.05
-_FIONREAD = 0x541B  # Linux; where unsupported the ioctl fails and nothing is waited for
 
 
 def wait_for_readers(
@@ -316,11 +315,13 @@ def _is_pipe(fd: int) -> bool:
 
 
 def _unread(fd: int) -> int:
+    """Bytes waiting in the pipe; 0 where the ioctl is refused (nothing is waited for)."""
     import fcntl
+    import termios  # FIONREAD's number differs between architectures
 
     buffer = bytearray(4)
     try:
-        fcntl.ioctl(fd, _FIONREAD, buffer)
+        fcntl.ioctl(fd, termios.FIONREAD, buffer)
     except OSError:
         return 0
     return int.from_bytes(buffer, "little", signed=True)
