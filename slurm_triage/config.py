@@ -42,6 +42,11 @@ else:
 # Paths are str or os.PathLike, read with os and open(): pathlib (with urllib.parse,
 # ipaddress, fnmatch) is no import of the per-job programs (issue 20).
 DEFAULT_CONFIG_PATH = "/etc/slurm-triage/config.toml"
+# Config.source when the config was read from no file: built-in defaults, or a mapping
+# (config_from_mapping); else it is the file's path.
+DEFAULTS_SOURCE = "<defaults>"
+MAPPING_SOURCE = "<mapping>"
+NO_FILE_SOURCES = (DEFAULTS_SOURCE, MAPPING_SOURCE)
 CONFIG_ENV = "SLURM_TRIAGE_CONFIG"
 OVERRIDE_PREFIX = "SLURM_TRIAGE__"
 
@@ -412,7 +417,7 @@ class Config(Frozen):
     repair: RepairConfig = field(default_factory=RepairConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     decider: DeciderConfig = field(default_factory=DeciderConfig)
-    source: str = field(default="<defaults>", compare=False)
+    source: str = field(default=DEFAULTS_SOURCE, compare=False)
 
 
 _SECTIONS: dict[str, type] = {
@@ -555,7 +560,7 @@ def _build_section(section: str, cls: type, values: dict[str, Any], from_env: se
 
 
 def config_from_mapping(
-    data: dict[str, Any], env: dict[str, str] | None = None, source: str = "<mapping>"
+    data: dict[str, Any], env: dict[str, str] | None = None, source: str = MAPPING_SOURCE
 ) -> Config:
     """Build a Config from parsed TOML and override variables; pure, raises ConfigError."""
     unknown = sorted(set(data) - set(_SECTIONS))
@@ -630,7 +635,7 @@ def load_config(
     if path is None:
         path, explicit = config_path(env)
     if not explicit and not os.path.exists(path):
-        return config_from_mapping({}, env, source="<defaults>")
+        return config_from_mapping({}, env, source=DEFAULTS_SOURCE)
     return config_from_mapping(read_toml(path), env, source=os.fspath(path))
 
 

@@ -49,7 +49,7 @@ from typing import Any
 from slurm_triage.agent import protocol
 from slurm_triage.agent.refresh import FactRefresher
 from slurm_triage.agent.xids import XidWatch
-from slurm_triage.config import Config, deprecations
+from slurm_triage.config import NO_FILE_SOURCES, Config, deprecations
 from slurm_triage.config_cache import CacheOutcome, CacheResult, refresh_cache
 from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.health_checks.registry import select
@@ -70,9 +70,6 @@ _CONTEXT = {
     "SLURM_JOB_PARTITION": "partition",
     "SLURM_SCRIPT_CONTEXT": "context",
 }
-
-# Config.source when the config came from no file (config.load_config, config_from_mapping).
-_NO_CONFIG_FILE = ("<defaults>", "<mapping>")
 
 # prolog_epilog.prolog.prolog: (config, env, *, nvml, nvml_xids, kept) -> exit status 0 or 1
 Screen = Callable[..., int]
@@ -217,7 +214,7 @@ class Agent:
         parsing TOML: one read of the file and of the copy while both are unchanged. Logged
         when written, and when it cannot be (each new reason once, not at every turn)."""
         source = self.config.source
-        if source in _NO_CONFIG_FILE:
+        if source in NO_FILE_SOURCES:
             return
         result = refresh_cache(source)
         if result.outcome == CacheOutcome.WRITTEN:
