@@ -22,8 +22,8 @@ only when JSON holds the parsed value exactly (a TOML date or a NaN does not: th
 then parsed each time). The write is atomic (slurm_triage.atomic) and best effort: a failure
 is the CacheResult the caller may log, never an error.
 
-Standard library os and stat only, plus json_codec, atomic and errors: no tomllib, json, re
-or typing while the copy is fresh.
+Standard library os and stat only, plus json_codec, atomic, errors and frozen: no tomllib,
+json, re or typing while the copy is fresh.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import stat
 from slurm_triage import json_codec
 from slurm_triage.atomic import write_atomically
 from slurm_triage.errors import TriageError
+from slurm_triage.frozen import Frozen
 
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
@@ -62,24 +63,11 @@ class CacheOutcome:
     INVALID = "invalid"  # the file itself cannot be read or parsed (refresh_cache only)
 
 
-class CacheResult:
+class CacheResult(Frozen):
     """An outcome (CacheOutcome) and its one-line reason."""
 
-    __slots__ = ("outcome", "reason")
-
-    def __init__(self, outcome: str, reason: str = "") -> None:
-        self.outcome, self.reason = outcome, reason
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CacheResult):
-            return NotImplemented
-        return (self.outcome, self.reason) == (other.outcome, other.reason)
-
-    def __hash__(self) -> int:
-        return hash((self.outcome, self.reason))
-
-    def __repr__(self) -> str:
-        return f"CacheResult({self.outcome!r}, {self.reason!r})"
+    outcome: str
+    reason: str = ""
 
 
 class ConfigFileError(TriageError, ValueError):
