@@ -33,7 +33,7 @@ import stat
 
 from slurm_triage import json_codec
 from slurm_triage.atomic import write_atomically
-from slurm_triage.errors import TriageError
+from slurm_triage.errors import TriageError, cannot_read
 from slurm_triage.frozen import Frozen
 
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
@@ -116,16 +116,11 @@ def _read_text(path: str | os.PathLike[str]) -> tuple[str, int]:
             owner_uid = os.fstat(fh.fileno()).st_uid
             raw = fh.read()
         return raw.decode("utf-8"), owner_uid
-    except FileNotFoundError:
-        raise ConfigFileError(f"{path}: no such config file") from None
-    except IsADirectoryError:
-        raise ConfigFileError(f"{path}: is a directory, not a config file") from None
-    except PermissionError:
-        raise ConfigFileError(f"{path}: permission denied") from None
     except UnicodeDecodeError:
         raise ConfigFileError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot read: {exc.strerror}") from None
+        message = cannot_read(path, exc, missing="config file", not_a="a config file")
+        raise ConfigFileError(message) from None
 
 
 def _parse(path: str | os.PathLike[str], text: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import polars as pl
 from slurm_triage.analytics import causes
 from slurm_triage.analytics.sacct_layout import SACCT_FIELDS, IngestError, SacctLayout, layout_from
 from slurm_triage.analytics.sacct_steps import count_steps
+from slurm_triage.errors import cannot_read
 from slurm_triage.slurm.model import JobState
 
 __all__ = ["ATTEMPT_SCHEMA", "SACCT_FIELDS", "Accounting", "IngestError", "read_sacct_file"]
@@ -109,14 +110,8 @@ def read_sacct_file(
         with path.open("rb") as fh:
             head = fh.read(_SNIFF_BYTES)
         size = path.stat().st_size
-    except FileNotFoundError:
-        raise IngestError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise IngestError(f"{path}: is a directory, not a sacct file") from None
-    except PermissionError:
-        raise IngestError(f"{path}: permission denied") from None
     except OSError as exc:
-        raise IngestError(f"{path}: cannot read: {exc.strerror}") from None
+        raise IngestError(cannot_read(path, exc, missing="file", not_a="a sacct file")) from None
     return _read(path, head, size, str(path), progress, columns, node_lists)
 
 
