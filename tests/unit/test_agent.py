@@ -33,6 +33,7 @@ from slurm_triage.prolog_epilog.entry import prolog_main
 from slurm_triage.prolog_epilog.prolog import prolog
 from slurm_triage.simulate.estate import MOUNTS, NodeEstate, inject
 from slurm_triage.unix_socket.listen import ListenError, bind_socket
+from tests.unit.socket_races import answers_then_closes
 
 BIN = Path(sys.executable).parent
 NOBODY = 65534
@@ -762,30 +763,7 @@ def test_a_busy_answer_sent_before_the_request_is_read_is_still_read(
     """An agent past max_concurrent answers busy without reading the request and closes; a
     Prolog that sends after that close gets EPIPE, and still reads the answer waiting for
     it: REFUSED busy, not FAILED (the CI once saw the decider's twin of this race)."""
-    Path(node.socket).parent.mkdir(parents=True, exist_ok=True)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(node.socket)
-    listener.listen(1)
-    closed = threading.Event()
-
-    def answer_busy_and_close() -> None:
-        conn, _ = listener.accept()
-        conn.sendall(protocol.encode_answer(error="busy"))
-        conn.close()
-        closed.set()
-
-    thread = threading.Thread(target=answer_busy_and_close, daemon=True)
-    thread.start()
-    real_peer_uid = client.peer_uid
-
-    def after_the_close(conn: Any) -> int:
-        assert closed.wait(10)
-        return real_peer_uid(conn)
-
-    monkeypatch.setattr(client, "peer_uid", after_the_close)
-    try:
+    busy = protocol.encode_answer(error="busy")
+    with answers_then_closes(node.socket, busy, client, monkeypatch):
         reply = client.ask_agent(node.env(141))
-    finally:
-        thread.join(5)
-        listener.close()
     assert (reply.outcome, reply.detail) == (Outcome.REFUSED, "agent refused: busy")

@@ -43,6 +43,7 @@ from slurm_triage.prolog_epilog.decide import decide_from_env
 from slurm_triage.slurm import JobState
 from slurm_triage.testing import FakeDoor, job_info, node_infos
 from slurm_triage.unix_socket.listen import bind_socket
+from tests.unit.socket_races import answers_then_closes
 
 BIN = Path(sys.executable).parent
 NOBODY = 65534
@@ -592,32 +593,8 @@ def test_a_busy_answer_sent_before_the_request_is_read_is_still_read(
     an EpilogSlurmctld that sends after that close gets EPIPE, and still reads the answer:
     REFUSED busy (it decides itself), not FAILED. The CI once saw this race."""
     path = str(tmp_path / "run" / "decider.sock")
-    os.makedirs(os.path.dirname(path))
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(1)
-    closed = threading.Event()
-
-    def answer_busy_and_close() -> None:
-        conn, _ = listener.accept()
-        conn.sendall(protocol.encode_error("busy"))
-        conn.close()
-        closed.set()
-
-    thread = threading.Thread(target=answer_busy_and_close, daemon=True)
-    thread.start()
-    real_peer_uid = client.peer_uid
-
-    def after_the_close(conn: Any) -> int:
-        assert closed.wait(10)
-        return real_peer_uid(conn)
-
-    monkeypatch.setattr(client, "peer_uid", after_the_close)
-    try:
+    with answers_then_closes(path, protocol.encode_error("busy"), client, monkeypatch):
         reply = client.ask_decider({"SLURM_JOB_ID": "3", protocol.SOCKET_ENV: path})
-    finally:
-        thread.join(5)
-        listener.close()
     assert (reply.outcome, reply.detail, reply.accepted) == (
         Outcome.REFUSED,
         "decider refused: busy",
