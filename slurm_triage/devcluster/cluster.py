@@ -306,6 +306,7 @@ def prepare(layout: cf.ClusterLayout) -> None:
     for hook, program in cf.HOOK_PROGRAMS.items():
         _write(layout.hooks / hook, cf.hook_script(layout, program), 0o755)
     _write(layout.hooks / "reboot", cf.reboot_script(layout), 0o755)
+    _write(layout.hooks / "power-cycle", cf.power_cycle_script(layout), 0o755)
     layout.root.chmod(0o755)
 
 

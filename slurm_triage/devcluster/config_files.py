@@ -316,8 +316,10 @@ SLURMD_BOOT_FLAG = "-b"
 def reboot_script(layout: ClusterLayout) -> str:
     """The RebootProgram: reboot one simulated node. slurmd runs it through system() with no
     node name, so it finds the slurmd above it and takes its `-N`; it reboots that node's
-    simulated hardware (transient faults clear, persistent ones return) and restarts that
-    slurmd, as a power cycle would, once slurmd has handed the request over."""
+    simulated hardware (transient faults clear, persistent ones return) and has
+    power_cycle_script restart that slurmd, as a power cycle would, once slurmd has handed
+    the request over. Each step goes to log/reboot-<node>.log, so a reboot that slurmctld
+    still waits for says where it stopped."""
     system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     return f"""#!/bin/sh
 export PATH={layout.slurm_path}{layout.bin_dir}:{system}
@@ -330,10 +332,40 @@ done
 [ "$pid" -gt 1 ] || {{ echo "reboot: no slurmd above process $$" >&2; exit 1; }}
 node=$(tr '\\0' '\\n' </proc/$pid/cmdline | sed -n '/^-N$/{{n;p;}}')
 [ -n "$node" ] || {{ echo "reboot: slurmd $pid has no -N" >&2; exit 1; }}
+log={layout.log}/reboot-$node.log
+echo "$(date +%FT%T.%N) reboot of $node: slurmd $pid" >>"$log"
 logger -t slurm-triage-devcluster "rebooting $node (slurmd $pid)" 2>/dev/null
-{layout.bin_dir}/slurm-triage inject --node "$node" reboot || exit 1
-setsid sh -c "sleep 1; kill $pid; while kill -0 $pid 2>/dev/null; do sleep 0.2; done; \
-exec slurmd {SLURMD_BOOT_FLAG} -f $SLURM_CONF -N $node" </dev/null >/dev/null 2>&1 &
+{layout.bin_dir}/slurm-triage inject --node "$node" reboot >>"$log" 2>&1 || exit 1
+setsid {layout.hooks}/power-cycle "$pid" "$node" </dev/null >>"$log" 2>&1 &
+"""
+
+
+def power_cycle_script(layout: ClusterLayout) -> str:
+    """What the reboot does to the node's slurmd: stopped a second after it ran the
+    RebootProgram, then started again with the boot flag. A slurmd that has exited but not
+    been reaped yet (a zombie: its parent waits late, or never) counts as stopped. The new
+    slurmd starts with a clean environment, as after a boot: slurmd re-execs itself for
+    `scontrol reconfigure` with SLURMD_RECONF, SLURMD_RECONF_LISTEN_FD and SLURMD_BOOT_TIME
+    in its environment, which the RebootProgram inherits; a slurmd started with them takes
+    itself for that re-exec and reports the old boot time, so slurmctld waits for a boot
+    that never comes ("reboot timed out")."""
+    return f"""#!/bin/sh
+pid=$1 node=$2
+stamp() {{ date +%FT%T.%N; }}
+sleep 1
+kill "$pid" 2>/dev/null
+n=0
+while [ -d /proc/$pid ] && [ "$(sed 's/^.*) //' /proc/$pid/stat 2>/dev/null | cut -c1)" != Z ]; do
+    n=$((n + 1))
+    if [ $n -eq 150 ]; then
+        echo "$(stamp) slurmd $pid still running 30 s after SIGTERM: SIGKILL"
+        kill -9 "$pid" 2>/dev/null
+    fi
+    sleep 0.2
+done
+echo "$(stamp) slurmd $pid stopped; starting $node's slurmd"
+conf={layout.slurm_conf}
+exec env -i PATH="$PATH" SLURM_CONF="$conf" slurmd {SLURMD_BOOT_FLAG} -f "$conf" -N "$node"
 """
 
 

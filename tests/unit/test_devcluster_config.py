@@ -77,5 +77,12 @@ def test_reboot_program_restarts_the_calling_nodes_slurmd_with_a_new_boot_time()
     assert f"RebootProgram={layout.hooks}/reboot" in cf.slurm_conf(layout)
     script = cf.reboot_script(layout)
     assert 'inject --node "$node" reboot' in script
-    assert f"exec slurmd {cf.SLURMD_BOOT_FLAG} -f $SLURM_CONF -N $node" in script
+    assert f'setsid {layout.hooks}/power-cycle "$pid" "$node"' in script
     assert "export PATH=/opt/slurm-25.11/bin:/opt/slurm-25.11/sbin:" in script
+    power_cycle = cf.power_cycle_script(layout)
+    # A clean environment: 25.11's reconfigure leaves SLURMD_RECONF and SLURMD_BOOT_TIME in
+    # slurmd's (test_reboot runs that case on the dev cluster).
+    assert (
+        f'exec env -i PATH="$PATH" SLURM_CONF="$conf" slurmd {cf.SLURMD_BOOT_FLAG} -f "$conf" '
+        '-N "$node"'
+    ) in power_cycle
