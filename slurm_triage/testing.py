@@ -288,11 +288,15 @@ class FakeDoor(SlurmDoor):
         )
 
     def time_out_reboot(self, node: str) -> None:
-        """The node did not come back within ResumeTimeout: DOWN, REBOOT_ISSUED cleared,
-        the reason kept (set_node_down_ptr keeps a reason already there)."""
+        """The node did not come back within ResumeTimeout (25.11's check_node_timers):
+        DOWN, REBOOT_ISSUED cleared, DRAIN kept, " : reboot timed out" appended."""
         current = self.node_table[node]
         self.node_table[node] = replace(
-            current, state="DOWN", flags=current.flags - {NodeFlag.REBOOT_ISSUED}
+            current,
+            state="DOWN",
+            flags=current.flags - {NodeFlag.REBOOT_ISSUED},
+            reason=_appended(current.reason, "reboot timed out"),
+            reason_user="slurm",
         )
 
     def usable_by(self, node: str, reservation: str | None = None) -> bool:

@@ -9,7 +9,7 @@ What each does in Slurm (read from SchedMD's source, 22.05 and 25.11 alike):
   appending " : reboot issued" to the reason; when slurmd registers with a newer boot
   time it stays DOWN, DRAIN cleared, " : reboot complete" appended (node_mgr.c
   validate_node_specs), so the reason still starts with ours. A reboot that never
-  comes back is DOWN after ResumeTimeout ("reboot timed out", the reason kept). A node
+  comes back is DOWN after ResumeTimeout (" : reboot timed out" appended). A node
   whose reboot is already pending is skipped by slurmctld with no error: ALREADY here.
 - `request_gpu_reset`: drains the node with `reason` (`triage: repairing gpu_reset ...`);
   the node's own HealthCheckProgram resets the GPU when the node is idle (root on the node:

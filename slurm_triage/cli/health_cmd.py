@@ -40,7 +40,8 @@ def register(sub: Any) -> None:
         description="Change a simulated node's hardware state the way a real fault would "
         "show up: NVML state, kernel log, sysfs, mounts. Faults: xid=N, ecc=N, remap_pending, "
         "remap_failure, nvlink_down[=LINK], gpu_lost, ib_down, mount_hung, nvml_hang[=S], "
-        "nvml_error=CODE, driver_unloaded, clear; and the repairs reboot (transient faults "
+        "nvml_error=CODE, driver_unloaded, boot_hang (the next reboots do not come back), "
+        "clear; and the repairs reboot (transient faults "
         "clear, the kernel logs a new boot, persistent faults return) and gpu_reset (one "
         'GPU, --gpu). Needs health.nvml = "simulated" to be seen by the checks.',
     )

@@ -222,7 +222,9 @@ HealthCheckNodeState=ANY
 # `scontrol reboot` runs it on the node (slurmd's system()): the dev cluster's "reboot"
 # (reboot_script below); slurmd runs with -b, so its restart reads as a new boot.
 RebootProgram={hooks}/reboot
-ResumeTimeout=60
+# A dev reboot takes seconds; a node that does not come back (inject boot_hang) is DOWN with
+# "reboot timed out" this long after the reboot was issued (plus slurmctld's 30 s timer).
+ResumeTimeout=30
 {nodes}
 PartitionName=gpu Nodes={",".join(NODE_NAMES)} Default=YES MaxTime=INFINITE State=UP
 """
@@ -348,7 +350,8 @@ def power_cycle_script(layout: ClusterLayout) -> str:
     `scontrol reconfigure` with SLURMD_RECONF, SLURMD_RECONF_LISTEN_FD and SLURMD_BOOT_TIME
     in its environment, which the RebootProgram inherits; a slurmd started with them takes
     itself for that re-exec and reports the old boot time, so slurmctld waits for a boot
-    that never comes ("reboot timed out")."""
+    that never comes ("reboot timed out"). A node with `inject boot_hang` stays down: the
+    reboot that never ends, which slurmctld times out after ResumeTimeout."""
     return f"""#!/bin/sh
 pid=$1 node=$2
 stamp() {{ date +%FT%T.%N; }}
@@ -363,6 +366,10 @@ while [ -d /proc/$pid ] && [ "$(sed 's/^.*) //' /proc/$pid/stat 2>/dev/null | cu
     fi
     sleep 0.2
 done
+if [ -e {layout.simulate_root}/"$node"/boot-hang ]; then
+    echo "$(stamp) slurmd $pid stopped; $node does not come back (inject boot_hang)"
+    exit 0
+fi
 echo "$(stamp) slurmd $pid stopped; starting $node's slurmd"
 conf={layout.slurm_conf}
 exec env -i PATH="$PATH" SLURM_CONF="$conf" slurmd {SLURMD_BOOT_FLAG} -f "$conf" -N "$node"

@@ -428,9 +428,10 @@ def _repairing(
 def _rebooting(
     base: LifecycleDecision, words: DrainWords, node: NodeInfo, waited: float, late: bool
 ) -> LifecycleDecision:
-    """slurmctld's notes say where the reboot is; 25.11 keeps the reason as it was when
-    ResumeTimeout passes (set_node_down_ptr), so an issued reboot no longer pending on a
-    DOWN node timed out too."""
+    """slurmctld's notes say where the reboot is, the last one counting: " : reboot timed
+    out" when ResumeTimeout passed, and " : reboot complete" after it when the node booted
+    late (its nextstate=DOWN still held). An issued reboot no longer pending on a DOWN node
+    with neither note (its note lost) is taken as timed out too."""
     if words.stage == "reboot complete":
         return _with(base, LifecycleAction.START_BURN_IN, "rebooted: burn-in next")
     if words.stage == "reboot timed out" or (

@@ -9,6 +9,8 @@ Layout under the estate root, per node:
                                 like a stat on a dead hard NFS mount
     <root>/<node>/persistent.json  faults injected with `persistent=True`: hardware that is
                                 broken, not upset, so a reboot or a GPU reset brings them back
+    <root>/<node>/boot-hang     `boot_hang`: the node does not come back from a reboot (the
+                                dev cluster's RebootProgram stops its slurmd for good)
 
 `inject()` changes that state the way the real fault would show up in each source, so the
 real readers and checks see a consistent node. Writes are atomic (temp file + rename).
@@ -90,6 +92,7 @@ FAULTS = (
     "nvml_hang",
     "nvml_error",
     "driver_unloaded",
+    "boot_hang",
     "clear",
     "reboot",
     "gpu_reset",
@@ -103,7 +106,8 @@ BOOT_BANNER = (
     "(2024-11-22)"
 )
 # The pseudo-faults that repair or reset rather than break: never recorded as persistent.
-_NOT_FAULTS = ("clear", "reboot", "gpu_reset")
+# boot_hang is not recorded either: it stays until `clear` (a person's repair) by itself.
+_NOT_FAULTS = ("clear", "reboot", "gpu_reset", "boot_hang")
 
 
 class InjectError(TriageError):
@@ -228,6 +232,11 @@ class NodeEstate:
         self.mountinfo.write_text("\n".join(lines) + "\n")
 
     @property
+    def boot_hang(self) -> Path:
+        """Present: the node's next reboots do not come back (firmware hang, dead PSU)."""
+        return self.dir / "boot-hang"
+
+    @property
     def persistent(self) -> Path:
         return self.dir / "persistent.json"
 
@@ -274,9 +283,13 @@ def inject(
     if fault == "clear":
         estate.reset()
         estate.persistent.unlink(missing_ok=True)
+        estate.boot_hang.unlink(missing_ok=True)
         return f"{estate.node}: all faults cleared"
     if persistent and (fault in _NOT_FAULTS or fault.startswith("board_")):
-        raise InjectError(f"{fault} is a repair, not a fault: it cannot be persistent")
+        raise InjectError(f"{fault} cannot be persistent: it is a repair, or stays until clear")
+    if fault == "boot_hang":
+        estate.boot_hang.write_text("")
+        return f"{estate.node}: the next reboot does not come back (until clear)"
     if fault == "reboot":
         return reboot(estate)
     if fault == "gpu_reset":

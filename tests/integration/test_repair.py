@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from slurm_triage.devcluster import cluster
 from slurm_triage.slurm import open_door
 from tests.integration.slurmtest import env, run, sbatch, scontrol, triage_config, wait_for
 
@@ -129,3 +130,56 @@ def test_a_fault_that_survives_reboots_goes_to_rma_with_its_bundle(devcluster, r
     released = triage(devcluster, "slurm-triage", "nodes", "release", "node3")
     assert released.returncode == 0, released.stderr
     reconcile_until(devcluster, "node3", "healthy", timeout_s=120)
+
+
+def test_a_reboot_that_does_not_come_back_is_left_for_a_person_until_the_node_boots(  # type: ignore[no-untyped-def]
+    devcluster, repair
+) -> None:
+    """node2 does not come back from its repair reboot (inject boot_hang: the RebootProgram
+    stops its slurmd for good). slurmctld times the reboot out after ResumeTimeout
+    (" : reboot timed out"), and `nodes reconcile` leaves node2 DOWN for a person rather
+    than rebooting it again. When the person has mended it and it boots, slurmctld adds
+    " : reboot complete" (the reboot's nextstate=DOWN still holds), and reconcile burns it in
+    and returns it to service."""
+    door = repair
+    for fault in ("boot_hang", "xid=79"):
+        triage(devcluster, "slurm-triage", "inject", "--node", "node2", fault, "--gpu", "3")
+    booted = False
+    try:
+        triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2")
+        assert door.node("node2").drained
+        rows: list[dict] = []  # type: ignore[type-arg]
+
+        def left_for_a_person() -> bool:
+            out = triage(devcluster, "slurm-triage", "nodes", "reconcile", "--json")
+            assert out.returncode in (0, 3), out.stderr
+            row = next(n for n in json.loads(out.stdout)["nodes"] if n["node"] == "node2")
+            assert not row["errors"], row
+            rows.append(row)
+            return "a person must look" in row["reason"]
+
+        wait_for(left_for_a_person, 120, "node2's reboot timed out", interval_s=3)
+        assert [r["action"] for r in rows if r["action"] != "none"] == ["reboot"], rows
+        node = door.node("node2")
+        assert node.state == "DOWN" and not node.reboot_pending, node
+        assert node.reason.startswith("triage: repairing reboot gpu.lost : reboot issued"), node
+        assert node.reason.endswith(" : reboot timed out"), node
+        # Another pass changes nothing: no second reboot of a node that did not come back.
+        assert left_for_a_person() and rows[-1]["action"] == "none", rows[-1]
+
+        # The person's repair: the fault is mended and the node boots.
+        triage(devcluster, "slurm-triage", "inject", "--node", "node2", "clear")
+        cluster.start_slurmd(devcluster, "node2")
+        booted = True
+        wait_for(
+            lambda: door.node("node2").reason.endswith(" : reboot complete"), 60, "node2 booted"
+        )
+        later = reconcile_until(devcluster, "node2", "healthy", timeout_s=180)
+        assert [r["action"] for r in later if r["action"] != "none"] == [
+            "start_burn_in",
+            "return_to_service",
+        ], later
+    finally:
+        triage(devcluster, "slurm-triage", "inject", "--node", "node2", "clear")
+        if not booted:
+            cluster.start_slurmd(devcluster, "node2")

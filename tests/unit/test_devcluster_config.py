@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,45 @@ def test_reboot_program_restarts_the_calling_nodes_slurmd_with_a_new_boot_time()
         f'exec env -i PATH="$PATH" SLURM_CONF="$conf" slurmd {cf.SLURMD_BOOT_FLAG} -f "$conf" '
         '-N "$node"'
     ) in power_cycle
+
+
+def _power_cycle(tmp_path: Path, *, hang: bool) -> tuple[subprocess.Popen[bytes], Path]:
+    """Run the power-cycle hook against a stand-in slurmd (a sleeping process) with a fake
+    `slurmd` on PATH that records how it was started; the environment is a reconfigured
+    25.11 slurmd's."""
+    layout = cf.ClusterLayout(root=tmp_path / "root", hostname="vm", base_port=1, bin_dir=tmp_path)
+    (layout.simulate_root / "node3").mkdir(parents=True)
+    if hang:
+        (layout.simulate_root / "node3" / "boot-hang").write_text("")
+    started = tmp_path / "started"
+    fake = tmp_path / "bin" / "slurmd"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\n{{ echo "$@"; env; }} > {started}\n')
+    fake.chmod(0o755)
+    hook = tmp_path / "power-cycle"
+    hook.write_text(cf.power_cycle_script(layout))
+    hook.chmod(0o755)
+    old = subprocess.Popen(["sleep", "60"])
+    reconfigured = {
+        "PATH": f"{fake.parent}:/usr/bin:/bin",
+        "SLURMD_RECONF": "1",
+        "SLURMD_RECONF_LISTEN_FD": "10",
+        "SLURMD_BOOT_TIME": "1700000000",
+    }
+    subprocess.run([str(hook), str(old.pid), "node3"], env=reconfigured, check=True, timeout=20)
+    return old, started
+
+
+def test_power_cycle_stops_slurmd_and_starts_it_with_a_clean_environment(tmp_path: Path) -> None:
+    old, started = _power_cycle(tmp_path, hang=False)
+    assert old.wait(timeout=5) == -signal.SIGTERM
+    args, *environment = started.read_text().splitlines()
+    assert args == f"{cf.SLURMD_BOOT_FLAG} -f {tmp_path}/root/etc/slurm.conf -N node3"
+    assert not [v for v in environment if v.startswith("SLURMD_")]
+    assert f"SLURM_CONF={tmp_path}/root/etc/slurm.conf" in environment
+
+
+def test_power_cycle_of_a_node_with_boot_hang_leaves_slurmd_stopped(tmp_path: Path) -> None:
+    old, started = _power_cycle(tmp_path, hang=True)
+    assert old.wait(timeout=5) == -signal.SIGTERM
+    assert not started.exists()

@@ -172,6 +172,22 @@ def test_a_reboot_runs_its_course() -> None:
     assert _decide(cancelled, steps=steps).action is A.REBOOT
 
 
+def test_a_reboot_that_timed_out_waits_for_a_person_until_the_node_boots() -> None:
+    """The reasons both releases leave (test_repair on the dev cluster): 22.05 clears DRAIN,
+    25.11 keeps it; a late boot appends ' : reboot complete' after the timeout."""
+    reason = "triage: repairing reboot gpu.lost : reboot issued : reboot timed out"
+    steps = (_step(A.REBOOT, NOW - 600, cycle=1, subject="gpu.lost"),)
+    down = replace(node_info("node2"), state="DOWN", reason=reason)
+    for node in (down, replace(down, flags=frozenset({NodeFlag.DRAIN}))):
+        waiting = _decide(node, steps=steps)
+        assert (waiting.action, waiting.reason) == (
+            A.NONE,
+            "reboot timed out (ResumeTimeout): a person must look",
+        )
+    booted = _decide(replace(down, reason=f"{reason} : reboot complete"), steps=steps)
+    assert (booted.state, booted.action) == (S.REPAIRING, A.START_BURN_IN)
+
+
 def test_a_gpu_reset_not_done_in_time_becomes_a_reboot() -> None:
     node = _drained("triage: repairing gpu_reset gpu=all gpu.ecc")
     recent = (_step(A.REQUEST_GPU_RESET, NOW - 60, cycle=1),)

@@ -52,6 +52,25 @@ def _pass(config: Config, door: FakeDoor, journal: Journal, t: Ticking, **kw: ob
     return {s.decision.node: s for s in steps}
 
 
+def test_a_reboot_that_times_out_is_left_for_a_person_until_the_node_boots(
+    tmp_path: Path,
+) -> None:
+    config, door, t = _config(tmp_path), _door(), Ticking()
+    journal = Journal(config.decision.journal)
+    door.drain("node2", "triage: gpu.xid XID 79 GPU 0000:3b:00.0 GPU has fallen off the bus")
+    assert _pass(config, door, journal, t)["node2"].decision.action is A.REBOOT
+    door.time_out_reboot("node2")
+    assert door.node("node2").reason.endswith(" : reboot timed out")
+    for _ in range(2):
+        t.now += 60
+        step = _pass(config, door, journal, t)["node2"]
+        assert step.decision.action is A.NONE and "a person must look" in step.decision.reason
+    assert len(door.calls_to("reboot")) == 1
+    door.complete_reboot("node2")  # booted after all: a person mended it
+    t.now += 60
+    assert _pass(config, door, journal, t)["node2"].decision.action is A.START_BURN_IN
+
+
 def test_a_node_goes_drained_rebooted_burnt_in_and_back(tmp_path: Path) -> None:
     """The demo's story: XID 79 drain -> reboot -> burn-in passes -> node2 in service."""
     config, door, t = _config(tmp_path), _door(), Ticking()

@@ -117,3 +117,18 @@ def test_nvml_hang_blocks_calls(estate: NodeEstate) -> None:
     started = time.monotonic()
     FakeNvml(estate.nvml_state).nvmlInit()
     assert time.monotonic() - started >= 1.0
+
+
+def test_boot_hang_stays_through_reboots_until_clear(estate: NodeEstate) -> None:
+    inject(estate, "boot_hang")
+    assert estate.boot_hang.exists()
+    inject(estate, "reboot")
+    assert estate.boot_hang.exists()
+    inject(estate, "clear")
+    assert not estate.boot_hang.exists()
+
+
+def test_boot_hang_cannot_be_persistent(estate: NodeEstate) -> None:
+    with pytest.raises(InjectError, match="cannot be persistent"):
+        inject(estate, "boot_hang", persistent=True)
+    assert not estate.boot_hang.exists()
