@@ -101,6 +101,37 @@ def test_xid_79_node_is_rebooted_burned_in_and_returned(devcluster, repair) -> N
     wait_for(lambda: door.job(job).state.finished, 60, "a job on node2")
 
 
+def test_uncorrectable_ecc_is_mended_by_the_nodes_own_gpu_reset(devcluster, repair) -> None:  # type: ignore[no-untyped-def]
+    """The GPU-reset repair end to end: an uncorrectable ECC error drains node2 (gpu.ecc),
+    reconcile asks for a GPU reset through the node's reason, node2's own health
+    check resets it while node2 is idle and drained, its screen passes, and reconcile burns
+    node2 in and returns it to service; no reboot."""
+    door = repair
+    triage(devcluster, "slurm-triage", "inject", "--node", "node2", "ecc=2", "--gpu", "1")
+    triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2")
+    assert door.node("node2").reason.startswith("triage: gpu.ecc"), door.node("node2")
+
+    out = triage(devcluster, "slurm-triage", "nodes", "reconcile", "--json")
+    row = next(n for n in json.loads(out.stdout)["nodes"] if n["node"] == "node2")
+    assert (row["action"], row["errors"]) == ("request_gpu_reset", []), row
+    asked = door.node("node2").reason
+    # The check's reason names no GPU index the lifecycle reads: every GPU, on an idle node.
+    assert asked.startswith("triage: repairing gpu_reset gpu=all gpu.ecc"), asked
+
+    checked = triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2")
+    assert checked.returncode == 0, checked.stderr
+    assert door.node("node2").reason.startswith("triage: burn-in pending gpu.ecc")
+    assert door.node("node2").drained
+
+    rows = reconcile_until(devcluster, "node2", "healthy")
+    assert [r["action"] for r in rows if r["action"] != "none"] == [
+        "start_burn_in",
+        "return_to_service",
+    ], rows
+    node = door.node("node2")
+    assert not node.drained and node.state != "DOWN" and not node.reboot_pending
+
+
 def test_a_fault_that_survives_reboots_goes_to_rma_with_its_bundle(devcluster, repair) -> None:  # type: ignore[no-untyped-def]
     door = repair
     injected = triage(
