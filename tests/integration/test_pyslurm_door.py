@@ -92,7 +92,17 @@ def test_running_job_reads_as_scontrol_does(door: SlurmDoor, cli: SlurmDoor, dev
         devcluster, "--requeue", "-N1", "--exclude=node3", "-t", "30", "--wrap", "sleep 60"
     )
     try:
-        job = _in_state(door, job_id, JobState.RUNNING)
+        # With PrologFlags=Alloc a job is RUNNING with reason "Prolog" while its Prolog runs:
+        # compared then, the second read can already see the reason gone.
+        job = wait_for(
+            lambda: (
+                (j := door.job(job_id)).state is JobState.RUNNING
+                and j.state_reason != "Prolog"
+                and j
+            ),
+            60,
+            f"job {job_id} running, its Prolog done",
+        )
         assert job.source == "pyslurm"
         assert job.nodes and job.nodes[0] in ("node1", "node2")
         assert job.excluded_nodes == ("node3",)
