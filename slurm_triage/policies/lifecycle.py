@@ -188,10 +188,18 @@ def classify(node: NodeInfo, reservation: ReservationInfo | None, feature: str) 
         return NodeLifecycle.ADMIN
     if reservation is not None and reservation.name == burn_in_reservation(node.name):
         return NodeLifecycle.BURN_IN
-    if not out:
+    if not out and not _returned_before_its_burn_in(words):
         suspect = feature in node.features or feature in node.active_features
         return NodeLifecycle.SUSPECT if suspect else NodeLifecycle.HEALTHY
     return _STATE_OF_KIND.get(words.kind, NodeLifecycle.UNKNOWN)
+
+
+def _returned_before_its_burn_in(words: DrainWords) -> bool:
+    """In service with our reboot's reason still on it and slurmctld's " : reboot complete":
+    with ReturnToService=2 slurmctld returns a DOWN node to service at its next ping answer
+    (node_mgr.c _node_did_resp), nextstate=DOWN notwithstanding, and keeps the reason (a
+    resume by a person clears it). The node is still unproven: its burn-in comes next."""
+    return words.kind is DrainKind.REPAIRING_REBOOT and words.stage == "reboot complete"
 
 
 _STATE_OF_KIND = {

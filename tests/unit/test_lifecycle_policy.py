@@ -172,6 +172,19 @@ def test_a_reboot_runs_its_course() -> None:
     assert _decide(cancelled, steps=steps).action is A.REBOOT
 
 
+def test_a_node_slurm_returned_to_service_before_its_burn_in_is_burned_in() -> None:
+    """ReturnToService=2: slurmctld's next ping answer takes the rebooted node from DOWN to
+    IDLE, our reason kept (seen on the dev cluster); it is not healthy until burned in."""
+    steps = (_step(A.REBOOT, NOW - 60, cycle=1, subject="gpu.lost"),)
+    reason = "triage: repairing reboot gpu.lost : reboot issued : reboot complete"
+    returned = replace(node_info("node2"), state="IDLE", reason=reason)
+    done = _decide(returned, steps=steps)
+    assert (done.state, done.action) == (S.REPAIRING, A.START_BURN_IN)
+    # Ours only while slurmctld's note says the reboot completed.
+    issued = replace(returned, reason="triage: repairing reboot gpu.lost : reboot issued")
+    assert _decide(issued, steps=steps).state is S.HEALTHY
+
+
 def test_a_reboot_that_timed_out_waits_for_a_person_until_the_node_boots() -> None:
     """The reasons both releases leave (test_repair on the dev cluster): 22.05 clears DRAIN,
     25.11 keeps it; a late boot appends ' : reboot complete' after the timeout."""

@@ -52,6 +52,23 @@ def _pass(config: Config, door: FakeDoor, journal: Journal, t: Ticking, **kw: ob
     return {s.decision.node: s for s in steps}
 
 
+def test_a_node_returned_to_service_by_slurm_after_its_reboot_is_burned_in(
+    tmp_path: Path,
+) -> None:
+    """ReturnToService=2: a ping answer after ' : reboot complete' puts the node back in
+    service, our reason kept; the next pass starts its burn-in all the same."""
+    config, door, t = _config(tmp_path), _door(), Ticking()
+    journal = Journal(config.decision.journal)
+    door.drain("node2", "triage: gpu.xid XID 79 GPU 0000:3b:00.0 GPU has fallen off the bus")
+    assert _pass(config, door, journal, t)["node2"].decision.action is A.REBOOT
+    door.complete_reboot("node2")
+    door.node_table["node2"] = replace(door.node("node2"), state="IDLE")
+    t.now += 60
+    step = _pass(config, door, journal, t)["node2"]
+    assert step.decision.action is A.START_BURN_IN and step.applied, step
+    assert not door.usable_by("node2")  # nothing else lands there during the burn-in
+
+
 def test_a_reboot_that_times_out_is_left_for_a_person_until_the_node_boots(
     tmp_path: Path,
 ) -> None:
