@@ -68,6 +68,15 @@ def reconcile_until(layout, node: str, state: str, timeout_s: float = 120) -> li
     return seen
 
 
+def _story(layout, rows: list[dict]) -> str:  # type: ignore[no-untyped-def,type-arg]
+    """The passes' rows in full and slurmctld's lines about node2, for a failed story."""
+    log = layout.log / "slurmctld.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    about = [line for line in lines if "node2" in line or "JobId=" in line][-40:]
+    passes = [f"{r['state']} {r['action']} {r['reason']!r}" for r in rows]
+    return "\n".join(["reconcile rows:", *passes, "--- slurmctld.log", *about])
+
+
 def test_xid_79_node_is_rebooted_burned_in_and_returned(devcluster, repair) -> None:  # type: ignore[no-untyped-def]
     door = repair
     triage(devcluster, "slurm-triage", "inject", "--node", "node2", "xid=79", "--gpu", "3")
@@ -82,7 +91,7 @@ def test_xid_79_node_is_rebooted_burned_in_and_returned(devcluster, repair) -> N
     rows = reconcile_until(devcluster, "node2", "healthy")
     steps = [r["action"] for r in rows]
     done = [s for s in steps if s != "none"]
-    assert done == ["reboot", "start_burn_in", "return_to_service"], rows
+    assert done == ["reboot", "start_burn_in", "return_to_service"], _story(devcluster, rows)
     node = door.node("node2")
     assert not node.drained and node.state != "DOWN"
     assert not [r for r in door.reservations() if r.name == "triage_burnin_node2"]
