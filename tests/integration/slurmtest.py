@@ -95,6 +95,16 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 
 
+def log_tail(layout: ClusterLayout, name: str, keep: int, *only: str) -> list[str]:
+    """The last `keep` lines of the cluster's log `name` (those holding any of `only`, when
+    given), for a failing test's message; ["(none)"] when there is no such log."""
+    path = layout.log / name
+    if not path.exists():
+        return ["(none)"]
+    lines = path.read_text(errors="replace").splitlines()
+    return [line for line in lines if not only or any(o in line for o in only)][-keep:]
+
+
 def journal(layout: ClusterLayout) -> Journal:
     return Journal(layout.state_dir / "journal.sqlite")
 

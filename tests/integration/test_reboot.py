@@ -13,7 +13,7 @@ import pytest
 
 from slurm_triage.devcluster import cluster
 from slurm_triage.slurm import open_door
-from tests.integration.slurmtest import env, run, scontrol, wait_for
+from tests.integration.slurmtest import env, log_tail, run, scontrol, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -69,21 +69,15 @@ def _reboot_story(layout, seen: list[str]) -> str:  # type: ignore[no-untyped-de
     """What node3 went through, for a reboot that did not complete: the states the test saw
     (each change once), the RebootProgram's own log and the daemons' lines about node3."""
     states = [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]]
-
-    def tail(name: str, keep: int, only: str = "") -> str:
-        path = layout.log / name
-        lines = path.read_text(errors="replace").splitlines() if path.exists() else ["(none)"]
-        return "\n".join([line for line in lines if only in line][-keep:])
-
     return "\n".join(
         [
             "node3 as the test saw it: " + " -> ".join(states[-12:]),
             "--- reboot-node3.log",
-            tail("reboot-node3.log", 20),
+            *log_tail(layout, "reboot-node3.log", 20),
             "--- slurmctld.log, node3",
-            tail("slurmctld.log", 20, "node3"),
+            *log_tail(layout, "slurmctld.log", 20, "node3"),
             "--- slurmd-node3.log",
-            tail("slurmd-node3.log", 20),
+            *log_tail(layout, "slurmd-node3.log", 20),
         ]
     )
 

@@ -13,7 +13,15 @@ import pytest
 
 from slurm_triage.devcluster import cluster
 from slurm_triage.slurm import open_door
-from tests.integration.slurmtest import env, run, sbatch, scontrol, triage_config, wait_for
+from tests.integration.slurmtest import (
+    env,
+    log_tail,
+    run,
+    sbatch,
+    scontrol,
+    triage_config,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -50,16 +58,22 @@ def repair(devcluster) -> Iterator[object]:  # type: ignore[no-untyped-def]
             wait_for(lambda n=node: door.node(n).responding, 60, f"{node} in service")
 
 
+def reconcile_row(layout, node: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """One `nodes reconcile` pass, as the timer runs it: `node`'s row, which holds no errors."""
+    out = triage(layout, "slurm-triage", "nodes", "reconcile", "--json")
+    assert out.returncode in (0, 3), out.stderr
+    row = next(n for n in json.loads(out.stdout)["nodes"] if n["node"] == node)
+    assert not row["errors"], row
+    return row  # type: ignore[no-any-return]
+
+
 def reconcile_until(layout, node: str, state: str, timeout_s: float = 120) -> list[dict]:  # type: ignore[no-untyped-def]
     """Run `nodes reconcile` as the timer would (every few seconds here) until `node` is in
     `state`; the passes' rows for that node."""
     seen: list[dict] = []
 
     def reached() -> bool:
-        out = triage(layout, "slurm-triage", "nodes", "reconcile", "--json")
-        assert out.returncode in (0, 3), out.stderr
-        row = next(n for n in json.loads(out.stdout)["nodes"] if n["node"] == node)
-        assert not row["errors"], row
+        row = reconcile_row(layout, node)
         if row["action"] != "none" or not seen:
             seen.append(row)
         return row["state"] == state and row["action"] == "none"
@@ -70,10 +84,8 @@ def reconcile_until(layout, node: str, state: str, timeout_s: float = 120) -> li
 
 def _story(layout, rows: list[dict]) -> str:  # type: ignore[no-untyped-def,type-arg]
     """The passes' rows in full and slurmctld's lines about node2, for a failed story."""
-    log = layout.log / "slurmctld.log"
-    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    about = [line for line in lines if "node2" in line or "JobId=" in line][-40:]
     passes = [f"{r['state']} {r['action']} {r['reason']!r}" for r in rows]
+    about = log_tail(layout, "slurmctld.log", 40, "node2", "JobId=")
     return "\n".join(["reconcile rows:", *passes, "--- slurmctld.log", *about])
 
 
@@ -120,8 +132,7 @@ def test_uncorrectable_ecc_is_mended_by_the_nodes_own_gpu_reset(devcluster, repa
     triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2")
     assert door.node("node2").reason.startswith("triage: gpu.ecc"), door.node("node2")
 
-    out = triage(devcluster, "slurm-triage", "nodes", "reconcile", "--json")
-    row = next(n for n in json.loads(out.stdout)["nodes"] if n["node"] == "node2")
+    row = reconcile_row(devcluster, "node2")
     assert (row["action"], row["errors"]) == ("request_gpu_reset", []), row
     asked = door.node("node2").reason
     # The check's reason names no GPU index the lifecycle reads: every GPU, on an idle node.
@@ -184,17 +195,13 @@ def test_a_reboot_that_does_not_come_back_is_left_for_a_person_until_the_node_bo
     door = repair
     for fault in ("boot_hang", "xid=79"):
         triage(devcluster, "slurm-triage", "inject", "--node", "node2", fault, "--gpu", "3")
-    booted = False
     try:
         triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2")
         assert door.node("node2").drained
         rows: list[dict] = []  # type: ignore[type-arg]
 
         def left_for_a_person() -> bool:
-            out = triage(devcluster, "slurm-triage", "nodes", "reconcile", "--json")
-            assert out.returncode in (0, 3), out.stderr
-            row = next(n for n in json.loads(out.stdout)["nodes"] if n["node"] == "node2")
-            assert not row["errors"], row
+            row = reconcile_row(devcluster, "node2")
             rows.append(row)
             return "a person must look" in row["reason"]
 
@@ -210,7 +217,6 @@ def test_a_reboot_that_does_not_come_back_is_left_for_a_person_until_the_node_bo
         # The person's repair: the fault is mended and the node boots.
         triage(devcluster, "slurm-triage", "inject", "--node", "node2", "clear")
         cluster.start_slurmd(devcluster, "node2")
-        booted = True
         wait_for(
             lambda: door.node("node2").reason.endswith(" : reboot complete"), 60, "node2 booted"
         )
@@ -221,5 +227,4 @@ def test_a_reboot_that_does_not_come_back_is_left_for_a_person_until_the_node_bo
         ], later
     finally:
         triage(devcluster, "slurm-triage", "inject", "--node", "node2", "clear")
-        if not booted:
-            cluster.start_slurmd(devcluster, "node2")
+        cluster.start_slurmd(devcluster, "node2")  # none when it runs
