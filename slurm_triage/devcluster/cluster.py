@@ -517,8 +517,7 @@ def up(
             layout.ctld_port,
         )
     for node in cf.NODE_NAMES:
-        if f"slurmd-{node}" not in running:
-            start_slurmd(layout, node)
+        start_slurmd(layout, node)
     _wait_for_nodes(layout, timeout_s - (time.monotonic() - started))
     log.info("devcluster_up", root=str(layout.root), seconds=round(time.monotonic() - started, 1))
     return layout
@@ -528,13 +527,14 @@ def start_slurmd(layout: cf.ClusterLayout, node: str) -> None:
     """Start one node's slurmd, unless it runs, (as at boot: with the boot flag) and wait
     until it listens; whether slurmctld takes the node back is slurmctld's business (a node
     that was DOWN stays DOWN, unless ReturnToService says otherwise)."""
-    if _alive(_read_pid(layout.pid_file(f"slurmd-{node}"))):
+    pid_file = layout.pid_file(f"slurmd-{node}")
+    if _alive(_read_pid(pid_file)):
         return
     _start_slurm_daemon(
         layout,
         "slurmd",
         [cf.SLURMD_BOOT_FLAG, "-f", str(layout.slurm_conf), "-N", node],
-        layout.pid_file(f"slurmd-{node}"),
+        pid_file,
         layout.node_port(cf.NODE_NAMES.index(node)),
     )
 

@@ -197,8 +197,9 @@ def classify(node: NodeInfo, reservation: ReservationInfo | None, feature: str) 
 def _returned_before_its_burn_in(words: DrainWords) -> bool:
     """In service with our reboot's reason still on it and slurmctld's " : reboot complete":
     with ReturnToService=2 slurmctld returns a DOWN node to service at its next ping answer
-    (node_mgr.c _node_did_resp), nextstate=DOWN notwithstanding, and keeps the reason (a
-    resume by a person clears it). The node is still unproven: its burn-in comes next."""
+    (node_mgr.c _node_did_resp), nextstate=DOWN notwithstanding, and keeps the reason until
+    a job lands there (make_node_alloc clears it). The node is still unproven: its burn-in
+    comes next."""
     return words.kind is DrainKind.REPAIRING_REBOOT and words.stage == "reboot complete"
 
 
