@@ -93,7 +93,7 @@ def _open(context: Any, *, create: bool) -> tuple[Any, Any, Any]:
 
 
 def _show(args: argparse.Namespace, context: Any, names: list[str]) -> int:
-    from slurm_triage.policies.lifecycle import burn_in_reservation, classify
+    from slurm_triage.policies.lifecycle import burn_in_reservation, lifecycle_state
 
     config, journal, door = _open(context, create=False)
     now = time.time()
@@ -102,10 +102,9 @@ def _show(args: argparse.Namespace, context: Any, names: list[str]) -> int:
     window = now - config.repair.rma_window_days * 86400
     rows = []
     for node in nodes:
-        state = classify(
-            node, reservations.get(burn_in_reservation(node.name)), config.repair.suspect_feature
-        )
         steps = journal.lifecycle_events(node=node.name) if journal else ()
+        reservation = reservations.get(burn_in_reservation(node.name))
+        state = lifecycle_state(node, reservation, steps, config.repair, now)
         rows.append(_row(node, state.value, steps, journal, window))
     if journal:
         journal.close()

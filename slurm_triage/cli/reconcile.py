@@ -34,8 +34,8 @@ from slurm_triage.policies.lifecycle import (
     NodeLifecycle,
     Repair,
     burn_in_reservation,
-    classify,
     decide_lifecycle,
+    lifecycle_state,
 )
 from slurm_triage.slurm import SlurmDoor, SlurmError
 from slurm_triage.slurm.model import NodeInfo, ReservationInfo
@@ -168,8 +168,12 @@ def reconcile(
     now = clock.time()
     cluster = _gather_cluster(config, door, journal, now)
     states = {
-        n.name: classify(
-            n, cluster.reservations.get(burn_in_reservation(n.name)), config.repair.suspect_feature
+        n.name: lifecycle_state(
+            n,
+            cluster.reservations.get(burn_in_reservation(n.name)),
+            cluster.steps.get(n.name, ()),
+            config.repair,
+            now,
         )
         for n in cluster.nodes
     }

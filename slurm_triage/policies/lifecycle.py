@@ -6,7 +6,8 @@ Where each state lives (docs/repair.md): DRAINED, REPAIRING and RMA in the node'
 (policies.drain_words), BURN_IN in the reservation `triage_burnin_<node>`, SUSPECT in the
 node's feature; an admin's drain, down or reboot (a reason without our prefix) is ADMIN and
 never touched. The journal remembers what Slurm cannot: when each step was taken, the
-repair cycles in the window, the weight a suspect mark replaced.
+repair cycles in the window, the weight a suspect mark replaced, and that a node slurmctld
+returned to service after our reboot (ReturnToService=2) still waits for its burn-in.
 
 The repair a node gets follows what took it out: the XID catalogue's node action (the
 reconcile gathers it: `repair_for_xid`, since policies read no attribution), else the
@@ -180,26 +181,53 @@ _OPENING = frozenset(
 )
 
 
-def classify(node: NodeInfo, reservation: ReservationInfo | None, feature: str) -> NodeLifecycle:
-    """The state Slurm shows (pure): reason words first, then the reservation, the mark."""
+def lifecycle_state(
+    node: NodeInfo,
+    reservation: ReservationInfo | None,
+    steps: Sequence[LifecycleEvent],
+    config: RepairConfig,
+    now: float,
+) -> NodeLifecycle:
+    """The node's state (pure): what Slurm shows (`classify`), and what the journal adds,
+    a node back in service after our reboot with no burn-in since (`reboot_unproven`)."""
+    unproven = _History(steps, now, config).reboot_unproven
+    return classify(node, reservation, config.suspect_feature, reboot_unproven=unproven)
+
+
+def classify(
+    node: NodeInfo,
+    reservation: ReservationInfo | None,
+    feature: str,
+    *,
+    reboot_unproven: bool = False,
+) -> NodeLifecycle:
+    """The state Slurm shows (pure): reason words first, then the reservation, the mark.
+    `reboot_unproven` (the journal's: our reboot was the cycle's last step) makes a node in
+    service REPAIRING: it came back before its burn-in."""
     words = read_reason(node.reason)
-    out = node.drained or node.state in ("DOWN", "FAIL") or node.reboot_pending
+    out = _out_of_service(node)
     if out and not words.ours:
         return NodeLifecycle.ADMIN
     if reservation is not None and reservation.name == burn_in_reservation(node.name):
         return NodeLifecycle.BURN_IN
-    if not out and not _returned_before_its_burn_in(words):
+    if not out and (reboot_unproven or _returned_before_its_burn_in(words)):
+        return NodeLifecycle.REPAIRING
+    if not out:
         suspect = feature in node.features or feature in node.active_features
         return NodeLifecycle.SUSPECT if suspect else NodeLifecycle.HEALTHY
     return _STATE_OF_KIND.get(words.kind, NodeLifecycle.UNKNOWN)
+
+
+def _out_of_service(node: NodeInfo) -> bool:
+    return node.drained or node.state in ("DOWN", "FAIL") or node.reboot_pending
 
 
 def _returned_before_its_burn_in(words: DrainWords) -> bool:
     """In service with our reboot's reason still on it and slurmctld's " : reboot complete":
     with ReturnToService=2 slurmctld returns a DOWN node to service at its next ping answer
     (node_mgr.c _node_did_resp), nextstate=DOWN notwithstanding, and keeps the reason until
-    a job lands there (make_node_alloc clears it). The node is still unproven: its burn-in
-    comes next."""
+    a job lands there (make_node_alloc clears it; then only the journal remembers:
+    `reboot_unproven`). The node is still unproven: its burn-in comes next."""
     return words.kind is DrainKind.REPAIRING_REBOOT and words.stage == "reboot complete"
 
 
@@ -245,9 +273,11 @@ def decide_lifecycle(
     """The node's state and the one step to take now (pure). `in_repair`: nodes of the
     cluster repairing or in burn-in now, this one excluded (the breaker)."""
     node = given.node
-    state = classify(node, given.reservation, config.suspect_feature)
     words = read_reason(node.reason)
     history = _History(given.steps, given.now, config)
+    state = classify(
+        node, given.reservation, config.suspect_feature, reboot_unproven=history.reboot_unproven
+    )
     base = LifecycleDecision(
         node.name,
         state,
@@ -416,6 +446,11 @@ def _repairing(
     config: RepairConfig,
     given: LifecycleInput,
 ) -> LifecycleDecision:
+    if not _out_of_service(given.node):
+        # ReturnToService=2 put it back before its burn-in (classify): the reservation
+        # (IGNORE_JOBS) keeps new jobs off, the burn-in waits for any job that landed.
+        why = "rebooted, back in service before its burn-in: burn-in next"
+        return _with(base, LifecycleAction.START_BURN_IN, why)
     if words.kind is DrainKind.BURN_IN_PENDING:
         return _with(base, LifecycleAction.START_BURN_IN, "repaired: burn-in next")
     asked = history.last(LifecycleAction.REBOOT, LifecycleAction.REQUEST_GPU_RESET)
@@ -523,6 +558,13 @@ class _History:
             else Repair.UNKNOWN
         )
 
+    @property
+    def reboot_unproven(self) -> bool:
+        """Our reboot is the last step of the node's lifecycle: no burn-in, end of one, RMA
+        or release followed it. A node in service so came back before its burn-in."""
+        taken = [s for s in self.steps if s.applied and s.action in _CYCLE_VALUES]
+        return bool(taken) and taken[-1].action == LifecycleAction.REBOOT.value
+
     def last(self, *actions: LifecycleAction) -> LifecycleEvent | None:
         wanted = {a.value for a in actions}
         found = [s for s in self.steps if s.action in wanted and s.applied]
@@ -531,3 +573,16 @@ class _History:
 
 _OPENING_VALUES = frozenset(a.value for a in _OPENING)
 _REPAIR_VALUES = frozenset({LifecycleAction.REBOOT.value, LifecycleAction.REQUEST_GPU_RESET.value})
+# The steps that move a repair cycle on (the suspect marks and NONE do not).
+_CYCLE_VALUES = frozenset(
+    a.value
+    for a in (
+        LifecycleAction.REBOOT,
+        LifecycleAction.REQUEST_GPU_RESET,
+        LifecycleAction.START_BURN_IN,
+        LifecycleAction.FAIL_BURN_IN,
+        LifecycleAction.RETURN_TO_SERVICE,
+        LifecycleAction.SEND_TO_RMA,
+        LifecycleAction.RELEASE,
+    )
+)

@@ -180,9 +180,40 @@ def test_a_node_slurm_returned_to_service_before_its_burn_in_is_burned_in() -> N
     returned = replace(node_info("node2"), state="IDLE", reason=reason)
     done = _decide(returned, steps=steps)
     assert (done.state, done.action) == (S.REPAIRING, A.START_BURN_IN)
-    # Ours only while slurmctld's note says the reboot completed.
+    # Without the journal, the reason alone counts only while slurmctld's note says the
+    # reboot completed; with it, the reboot is the cycle's last step whatever the note.
     issued = replace(returned, reason="triage: repairing reboot gpu.lost : reboot issued")
-    assert _decide(issued, steps=steps).state is S.HEALTHY
+    assert _decide(issued).state is S.HEALTHY
+    assert _decide(issued, steps=steps).action is A.START_BURN_IN
+    assert _decide(returned).action is A.START_BURN_IN
+
+
+def test_a_node_back_in_service_whose_reason_slurm_cleared_is_burned_in_by_the_journal() -> None:
+    """A job landing on the returned node clears our reason (make_node_alloc): only the
+    journal still says the cycle's last step was our reboot. Any later step closes it."""
+    reboot = _step(A.REBOOT, NOW - 60, cycle=1, subject="gpu.lost")
+    cleared = replace(node_info("node2"), state="ALLOCATED", reason="")
+    done = _decide(cleared, steps=(reboot,))
+    assert (done.state, done.action, done.cycle, done.subject) == (
+        S.REPAIRING,
+        A.START_BURN_IN,
+        1,
+        "gpu.lost",
+    )
+    for later in (A.START_BURN_IN, A.RETURN_TO_SERVICE, A.SEND_TO_RMA, A.RELEASE):
+        closed = (reboot, _step(later, NOW - 30, cycle=1))
+        assert _decide(cleared, steps=closed).state is S.HEALTHY, later
+    # A reboot that was only asked (a dry run, or refused) or a mark since proves nothing.
+    asked = (replace(reboot, applied=False),)
+    assert _decide(cleared, steps=asked).state is S.HEALTHY
+    marked = (reboot, _step(A.MARK_SUSPECT, NOW - 30))
+    assert _decide(cleared, steps=marked).action is A.START_BURN_IN
+    # Out of service, the reason still rules: the reboot is under way.
+    pending = _drained(
+        "triage: repairing reboot gpu.lost",
+        flags=frozenset({NodeFlag.DRAIN, NodeFlag.REBOOT_REQUESTED}),
+    )
+    assert _decide(pending, steps=(reboot,)).action is A.NONE
 
 
 def test_a_reboot_that_timed_out_waits_for_a_person_until_the_node_boots() -> None:

@@ -69,6 +69,27 @@ def test_a_node_returned_to_service_by_slurm_after_its_reboot_is_burned_in(
     assert not door.usable_by("node2")  # nothing else lands there during the burn-in
 
 
+def test_a_returned_node_whose_reason_a_job_cleared_is_burned_in_after_that_job(
+    tmp_path: Path,
+) -> None:
+    """ReturnToService=2, then a job lands there and slurmctld clears our reason: the
+    journal still holds the reboot as the cycle's last step, so the burn-in is reserved (no
+    new job lands) and runs after that job; `nodes` shows the node repairing."""
+    config, door, t = _config(tmp_path), _door(), Ticking()
+    journal = Journal(config.decision.journal)
+    door.drain("node2", "triage: gpu.xid XID 79 GPU 0000:3b:00.0 GPU has fallen off the bus")
+    assert _pass(config, door, journal, t)["node2"].decision.action is A.REBOOT
+    door.complete_reboot("node2")
+    door.node_table["node2"] = replace(door.node("node2"), state="ALLOCATED", reason="")
+    t.now += 60
+    step = _pass(config, door, journal, t)["node2"]
+    assert (step.decision.state, step.decision.action) == (S.REPAIRING, A.START_BURN_IN)
+    assert step.applied and step.decision.cycle == 1, step
+    assert not door.usable_by("node2")
+    t.now += 60
+    assert _pass(config, door, journal, t)["node2"].decision.state is S.BURN_IN
+
+
 def test_a_reboot_that_times_out_is_left_for_a_person_until_the_node_boots(
     tmp_path: Path,
 ) -> None:
@@ -260,6 +281,22 @@ def test_the_cli_prints_reconciles_and_releases(
     assert capsys.readouterr().err.strip() == (
         "slurm-triage: error: Slurm could not be read: scontrol: Unable to contact slurm controller"
     )
+
+
+def test_nodes_shows_a_node_back_before_its_burn_in_as_repairing(
+    cli_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`nodes` reads the journal as reconcile does: rebooted, in service, reason cleared."""
+    door = _door(4)
+    door.drain("node2", "triage: gpu.xid XID 79 GPU 0000:3b:00.0 GPU has fallen off the bus")
+    monkeypatch.setattr("slurm_triage.slurm.open_door", lambda *a, **k: door)
+    assert main(["nodes", "reconcile", "--json"]) == 0
+    door.complete_reboot("node2")
+    door.node_table["node2"] = replace(door.node("node2"), state="IDLE", reason="")
+    capsys.readouterr()
+    assert main(["nodes", "--json", "node1", "node2"]) == 0
+    shown = {n["node"]: n["state"] for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert shown == {"node1": "healthy", "node2": "repairing"}
 
 
 def test_the_bundle_carries_what_root_recorded_for_the_burn_in_jobs(tmp_path: Path) -> None:
