@@ -256,12 +256,19 @@ def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_the_cli_prints_reconciles_and_releases(
-    cli_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def cli_door(cli_env: Path, monkeypatch: pytest.MonkeyPatch) -> FakeDoor:
+    """Four nodes: the door the CLI opens."""
     door = _door(4)
-    door.drain("node2", "triage: rma gpu.row_remap part replacement")
     monkeypatch.setattr("slurm_triage.slurm.open_door", lambda *a, **k: door)
+    return door
+
+
+def test_the_cli_prints_reconciles_and_releases(
+    cli_door: FakeDoor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    door = cli_door
+    door.drain("node2", "triage: rma gpu.row_remap part replacement")
     assert main(["nodes", "reconcile", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {n["node"]: n["state"] for n in out["nodes"]}["node2"] == "rma"
@@ -284,12 +291,11 @@ def test_the_cli_prints_reconciles_and_releases(
 
 
 def test_nodes_shows_a_node_back_before_its_burn_in_as_repairing(
-    cli_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cli_door: FakeDoor, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`nodes` reads the journal as reconcile does: rebooted, in service, reason cleared."""
-    door = _door(4)
+    door = cli_door
     door.drain("node2", "triage: gpu.xid XID 79 GPU 0000:3b:00.0 GPU has fallen off the bus")
-    monkeypatch.setattr("slurm_triage.slurm.open_door", lambda *a, **k: door)
     assert main(["nodes", "reconcile", "--json"]) == 0
     door.complete_reboot("node2")
     door.node_table["node2"] = replace(door.node("node2"), state="IDLE", reason="")
