@@ -30,6 +30,16 @@ INTEGRATION_TIMEOUT_S = 900
 SLOW_TIMEOUT_S = 1800
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A session on the pyslurm backend (`make test-integration BACKEND=pyslurm`) installs
+    pyslurm before collection, as the dev cluster would at its start: on a fresh machine
+    the pyslurm tests would otherwise find none and be skipped."""
+    if os.environ.get("SLURM_TRIAGE_DEVCLUSTER_BACKEND") == "pyslurm":
+        from slurm_triage.devcluster import cluster
+
+        cluster.ensure_pyslurm(cluster.default_layout())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Integration and slow tests get their longer timeout unless they set their own."""
     for item in items:

@@ -8,6 +8,7 @@ their pids recorded; every wait is bounded.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pwd
 import shutil
@@ -174,6 +175,9 @@ def ensure_pyslurm(layout: cf.ClusterLayout) -> Path:
          str(target), str(wheels[-1])],
         timeout=300,
     )  # fmt: skip
+    # This process may import it next (open_door in a test session): its import system
+    # remembers the folder as absent (sys.path_importer_cache) when it did not exist yet.
+    importlib.invalidate_caches()
     return target
 
 
