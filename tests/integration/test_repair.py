@@ -228,3 +228,36 @@ def test_a_reboot_that_does_not_come_back_is_left_for_a_person_until_the_node_bo
     finally:
         triage(devcluster, "slurm-triage", "inject", "--node", "node2", "clear")
         cluster.start_slurmd(devcluster, "node2")  # none when it runs
+
+
+def test_a_node_back_in_service_before_its_burn_in_is_burned_in_after_the_job_it_took(  # type: ignore[no-untyped-def]
+    devcluster, repair
+) -> None:
+    """ReturnToService=2 returns a rebooted node at slurmctld's next ping answer (here up to
+    SlurmdTimeout/3 away: a resume stands in for it), and a job may land there before
+    reconcile's next pass; our reason is then gone. The journal still holds our reboot as the
+    cycle's last step: reconcile reserves node2 (IGNORE_JOBS: the job runs on), the burn-in
+    waits for that job, passes, and node2 is back in service."""
+    door = repair
+    triage(devcluster, "slurm-triage", "inject", "--node", "node2", "xid=79", "--gpu", "3")
+    triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2")
+    assert door.node("node2").drained
+    assert reconcile_row(devcluster, "node2")["action"] == "reboot"
+    wait_for(lambda: door.node("node2").reason.endswith(" : reboot complete"), 60, "node2 rebooted")
+    job = sbatch(devcluster, "-N1", "-w", "node2", "--wrap", "sleep 20")
+    node = door.node("node2")
+    if node.state == "DOWN" or node.drained:  # not yet returned by a ping answer
+        scontrol(devcluster, "update", "nodename=node2", "state=resume")
+    wait_for(lambda: door.job(job).state == "RUNNING", 60, "the job on node2")
+    assert not door.node("node2").reason.startswith("triage:"), door.node("node2")
+
+    row = reconcile_row(devcluster, "node2")
+    assert (row["state"], row["action"]) == ("repairing", "start_burn_in"), row
+    assert door.job(job).state == "RUNNING"  # the reservation let it run on
+    rows = reconcile_until(devcluster, "node2", "healthy", timeout_s=180)
+    assert [r["action"] for r in rows if r["action"] != "none"] == ["return_to_service"], rows
+    assert door.job(job).state == "COMPLETED"
+    history = json.loads(triage(devcluster, "slurm-triage", "nodes", "--json", "node2").stdout)
+    steps = sorted(history["nodes"][0]["history"], key=lambda h: h["at"])
+    done = [h["action"] for h in steps if h["action"] != "none"]
+    assert done == ["reboot", "start_burn_in", "return_to_service"], done
