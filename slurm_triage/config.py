@@ -308,8 +308,8 @@ class RepairConfig(Frozen):
     # them; the health check then resumes nothing: every return goes through burn-in.
     enabled: bool = False
     # The repairs reconcile may ask for. A reset the cause allows needs the node idle and
-    # its own HealthCheckProgram (root) to do it; a reboot is `scontrol reboot ASAP
-    # nextstate=DOWN` and needs slurm.conf's RebootProgram. A cause whose repair is not
+    # its own HealthCheckProgram (root) to do it; a reboot is `scontrol reboot` of the
+    # drained node and needs slurm.conf's RebootProgram. A cause whose repair is not
     # allowed stays drained for a person.
     gpu_reset: bool = True
     reboot: bool = True

@@ -269,27 +269,27 @@ class FakeDoor(SlurmDoor):
         )
 
     def complete_reboot(self, node: str, boot_time: int | None = None) -> None:
-        """slurmd registered after the reboot (nextstate=DOWN): DOWN, DRAIN and the reboot
-        flags cleared, " : reboot complete" appended, a newer boot time (node_mgr.c,
-        validate_node_specs). Issues the reboot first if it was only requested."""
+        """slurmd registered after the reboot, which asked no next state: IDLE, DRAIN kept,
+        the reboot flags cleared, the reason unchanged, a newer boot time (node_mgr.c
+        validate_node_specs). Issues the reboot first if it was only requested. A node
+        whose reboot timed out boots late the same way."""
         if NodeFlag.REBOOT_REQUESTED in self.node_table[node].flags:
             self.issue_reboot(node)
         current = self.node_table[node]
-        if NodeFlag.REBOOT_ISSUED not in current.flags:
+        timed_out = current.reason.endswith(": reboot timed out")
+        if NodeFlag.REBOOT_ISSUED not in current.flags and not timed_out:
             raise ValueError(f"{node}: no reboot issued")
         booted = boot_time or max(int(self.clock().timestamp()), (current.boot_time or 0) + 1)
         self.node_table[node] = replace(
-            current,
-            state="DOWN",
-            flags=current.flags - {NodeFlag.REBOOT_ISSUED, NodeFlag.DRAIN},
-            reason=_appended(current.reason, "reboot complete"),
-            reason_user="slurm",
-            boot_time=booted,
+            current, state="IDLE", flags=current.flags - {NodeFlag.REBOOT_ISSUED}, boot_time=booted
         )
 
     def time_out_reboot(self, node: str) -> None:
         """The node did not come back within ResumeTimeout (25.11's check_node_timers):
-        DOWN, REBOOT_ISSUED cleared, DRAIN kept, " : reboot timed out" appended."""
+        DOWN, REBOOT_ISSUED cleared, DRAIN kept, " : reboot timed out" appended. Issues the
+        reboot first if it was only requested."""
+        if NodeFlag.REBOOT_REQUESTED in self.node_table[node].flags:
+            self.issue_reboot(node)
         current = self.node_table[node]
         self.node_table[node] = replace(
             current,

@@ -3,14 +3,18 @@ RMA and the suspect marks. The lifecycle policy (policies.lifecycle) decides; th
 
 What each does in Slurm (read from SchedMD's source, 22.05 and 25.11 alike):
 
-- `reboot_node`: `scontrol reboot ASAP nextstate=DOWN Reason=<reason> <node>`. The node
-  drains at once (DRAIN + REBOOT_REQUESTED, our reason, by the user we run as); once its
-  jobs have ended slurmctld runs RebootProgram and shows it DOWN + DRAIN + REBOOT_ISSUED,
-  appending " : reboot issued" to the reason; when slurmd registers with a newer boot
-  time it stays DOWN, DRAIN cleared, " : reboot complete" appended (node_mgr.c
-  validate_node_specs), so the reason still starts with ours. A reboot that never
-  comes back is DOWN after ResumeTimeout (" : reboot timed out" appended). A node
-  whose reboot is already pending is skipped by slurmctld with no error: ALREADY here.
+- `reboot_node`: `scontrol update State=DRAIN Reason=<reason>`, then `scontrol reboot
+  Reason=<reason> <node>` (no ASAP, no nextstate). The node is drained (our reason, by the
+  user we run as) with REBOOT_REQUESTED; once its jobs have ended slurmctld runs
+  RebootProgram and shows it DOWN + DRAIN + REBOOT_ISSUED, appending " : reboot issued"
+  to the reason; when slurmd registers with a newer boot time it is IDLE + DRAIN, the
+  reason unchanged (node_mgr.c validate_node_specs: with no next state DRAIN is kept), so
+  nothing lands there before its burn-in, whatever ReturnToService says. (ASAP would set
+  next state RESUME on 22.05; nextstate=DOWN, which earlier builds asked, clears DRAIN,
+  and ReturnToService=2 then returns the node at its next ping answer, " : reboot complete"
+  appended.) A reboot that never comes back is DOWN after ResumeTimeout (" : reboot timed
+  out" appended). A node whose reboot is already pending is skipped by slurmctld with no
+  error: ALREADY here.
 - `request_gpu_reset`: drains the node with `reason` (`triage: repairing gpu_reset ...`);
   the node's own HealthCheckProgram resets the GPU when the node is idle (root on the node:
   the controller cannot) and rewrites the reason.
@@ -126,7 +130,7 @@ class RepairResult:
 
 
 def reboot_node(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
-    """Reboot the node when its jobs end, leaving it DOWN afterwards (see the module)."""
+    """Reboot the node when its jobs end, leaving it drained afterwards (see the module)."""
     result = RepairResult(RepairAction.REBOOT, node, RepairOutcome.APPLIED, detail=reason)
 
     def act() -> RepairResult:

@@ -14,9 +14,10 @@ words (docs/repair.md):
     triage: rma <subject> <why>                out for a person; never resumed by us
 
 slurmctld appends its own notes to a reboot's reason (`set_node_reason` in node_mgr.c,
-22.05's `set_node_reboot_reason`): ` : reboot issued`, ` : reboot complete` (the node is back,
-DOWN because we asked nextstate=DOWN), ` : reboot timed out` (ResumeTimeout passed); the last
-one present is the reboot's `stage`.
+22.05's `set_node_reboot_reason`): ` : reboot issued` (RebootProgram run; after it the node
+is back once its reboot is no longer pending and it is not DOWN), ` : reboot complete` (back,
+DOWN, for a reboot asked with nextstate=DOWN, as earlier builds of slurm-triage did),
+` : reboot timed out` (ResumeTimeout passed); the last one present is the reboot's `stage`.
 
 A reason's text after our words can hold bytes derived from a job's output or a node's
 state, so nothing here evaluates it: the kind comes from the first words only, a cause must be

@@ -472,15 +472,18 @@ def _repairing(
 def _rebooting(
     base: LifecycleDecision, words: DrainWords, node: NodeInfo, waited: float, late: bool
 ) -> LifecycleDecision:
-    """slurmctld's notes say where the reboot is, the last one counting: " : reboot timed
-    out" when ResumeTimeout passed, and " : reboot complete" after it when the node booted
-    late (its nextstate=DOWN still held). An issued reboot no longer pending on a DOWN node
-    with neither note (its note lost) is taken as timed out too."""
-    if words.stage == "reboot complete":
-        return _with(base, LifecycleAction.START_BURN_IN, "rebooted: burn-in next")
-    if words.stage == "reboot timed out" or (
-        words.stage == "reboot issued" and not node.reboot_pending
+    """slurmctld's notes and the node's state say where the reboot is. Issued (" : reboot
+    issued"), no longer pending and the node not DOWN: it booted (drained still: our reboot
+    asks no next state), also after " : reboot timed out" when it booted late. " : reboot
+    complete": booted, DOWN (a reboot an earlier build of slurm-triage asked with
+    nextstate=DOWN). Issued or timed out, no longer pending, DOWN: it did not come back, a
+    person looks."""
+    issued = words.stage in ("reboot issued", "reboot timed out")
+    if words.stage == "reboot complete" or (
+        issued and not node.reboot_pending and node.state not in ("DOWN", "FAIL")
     ):
+        return _with(base, LifecycleAction.START_BURN_IN, "rebooted: burn-in next")
+    if issued and not node.reboot_pending:
         return _none(base, "reboot timed out (ResumeTimeout): a person must look")
     if not node.reboot_pending:  # an admin's `scontrol cancel_reboot`, or a lost request
         return _with(

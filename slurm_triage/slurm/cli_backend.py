@@ -226,18 +226,18 @@ class CliDoor(SlurmDoor):
         log.info("node_resumed", node=node)
 
     def reboot(self, node: str, reason: str) -> None:
+        # Drained first, then a plain reboot (neither ASAP nor nextstate=): slurmctld reboots
+        # a drained node once it is idle, and without a next state it keeps DRAIN when slurmd
+        # registers (node_mgr.c validate_node_specs), so the node stays out until its burn-in.
+        # ASAP sets next state RESUME on 22.05 (proc_req.c), and nextstate=DOWN clears DRAIN,
+        # so ReturnToService=2 returned the node at its next ping answer, unproven.
+        name = arguments.node_name(node)
+        text = arguments.one_line(reason)
+        self.drain(name, text)
         # scontrol reads ASAP, nextstate= and Reason= only among the first three words
         # after `reboot` (scontrol.c _process_reboot_command), the node list last.
-        argv = [
-            "scontrol",
-            "reboot",
-            "ASAP",
-            "nextstate=DOWN",
-            f"Reason={arguments.one_line(reason)}",
-            arguments.node_name(node),
-        ]
-        self._runner.run(argv)
-        log.info("node_reboot_requested", node=node, reason=argv[4][len("Reason=") :])
+        self._runner.run(["scontrol", "reboot", f"Reason={text}", name])
+        log.info("node_reboot_requested", node=node, reason=text)
 
     def reservations(self) -> tuple[ReservationInfo, ...]:
         # Times as ISO local time whatever the caller's SLURM_TIME_FORMAT says.

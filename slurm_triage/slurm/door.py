@@ -102,11 +102,13 @@ class SlurmDoor(abc.ABC):
 
     @abc.abstractmethod
     def reboot(self, node: str, reason: str) -> None:
-        """`scontrol reboot ASAP nextstate=DOWN Reason=...`: the node drains at once (DRAIN +
-        REBOOT_REQUESTED, our reason), RebootProgram runs when its jobs have ended (DOWN +
-        REBOOT_ISSUED), and when slurmd registers with a newer boot time it stays DOWN with
-        " : reboot complete" added to the reason. A node whose reboot is already pending
-        is skipped by slurmctld without an error. Needs RebootProgram in slurm.conf."""
+        """Drain the node with `reason`, then `scontrol reboot Reason=...` (no ASAP, no
+        nextstate): REBOOT_REQUESTED; RebootProgram runs when its jobs have ended (DOWN +
+        DRAIN + REBOOT_ISSUED, " : reboot issued" appended to the reason); when slurmd
+        registers with a newer boot time the node is IDLE and still drained, the reason
+        unchanged, on 22.05 and 25.11 alike (no next state: DRAIN kept). A node whose
+        reboot is already pending is skipped by slurmctld without an error. Needs
+        RebootProgram in slurm.conf."""
 
     @abc.abstractmethod
     def reservations(self) -> tuple[ReservationInfo, ...]:

@@ -189,9 +189,10 @@ def test_a_reboot_that_does_not_come_back_is_left_for_a_person_until_the_node_bo
     """node2 does not come back from its repair reboot (inject boot_hang: the RebootProgram
     stops its slurmd for good). slurmctld times the reboot out after ResumeTimeout
     (" : reboot timed out"), and `nodes reconcile` leaves node2 DOWN for a person rather
-    than rebooting it again. When the person has mended it and it boots, slurmctld adds
-    " : reboot complete" (the reboot's nextstate=DOWN still holds), and reconcile burns it in
-    and returns it to service."""
+    than rebooting it again. When the person has mended it and it boots, it is no longer
+    DOWN (25.11: drained still, our reboot asked no next state; 22.05 cleared DRAIN at the
+    timeout, so ReturnToService=2 returns it, and the journal says it is unproven), and
+    reconcile burns it in and returns it to service."""
     door = repair
     for fault in ("boot_hang", "xid=79"):
         triage(devcluster, "slurm-triage", "inject", "--node", "node2", fault, "--gpu", "3")
@@ -217,9 +218,7 @@ def test_a_reboot_that_does_not_come_back_is_left_for_a_person_until_the_node_bo
         # The person's repair: the fault is mended and the node boots.
         triage(devcluster, "slurm-triage", "inject", "--node", "node2", "clear")
         cluster.start_slurmd(devcluster, "node2")
-        wait_for(
-            lambda: door.node("node2").reason.endswith(" : reboot complete"), 60, "node2 booted"
-        )
+        wait_for(lambda: door.node("node2").state != "DOWN", 60, "node2 booted")
         later = reconcile_until(devcluster, "node2", "healthy", timeout_s=180)
         assert [r["action"] for r in later if r["action"] != "none"] == [
             "start_burn_in",
@@ -233,21 +232,25 @@ def test_a_reboot_that_does_not_come_back_is_left_for_a_person_until_the_node_bo
 def test_a_node_back_in_service_before_its_burn_in_is_burned_in_after_the_job_it_took(  # type: ignore[no-untyped-def]
     devcluster, repair
 ) -> None:
-    """ReturnToService=2 returns a rebooted node at slurmctld's next ping answer (here up to
-    SlurmdTimeout/3 away: a resume stands in for it), and a job may land there before
-    reconcile's next pass; our reason is then gone. The journal still holds our reboot as the
-    cycle's last step: reconcile reserves node2 (IGNORE_JOBS: the job runs on), the burn-in
-    waits for that job, passes, and node2 is back in service."""
+    """Our reboot leaves node2 drained (no next state), but someone may return it before
+    reconcile's next pass: an admin's resume (as here), or ReturnToService=2 after a reboot
+    an older version asked with nextstate=DOWN. A job lands there and our reason is gone.
+    The journal still holds our reboot as the cycle's last step: reconcile reserves node2
+    (IGNORE_JOBS: the job runs on), the burn-in waits for that job, passes, and node2 is
+    back in service."""
     door = repair
     triage(devcluster, "slurm-triage", "inject", "--node", "node2", "xid=79", "--gpu", "3")
     triage(devcluster, str(devcluster.hooks / "healthcheck"), node="node2")
     assert door.node("node2").drained
     assert reconcile_row(devcluster, "node2")["action"] == "reboot"
-    wait_for(lambda: door.node("node2").reason.endswith(" : reboot complete"), 60, "node2 rebooted")
+    wait_for(
+        lambda: not (n := door.node("node2")).reboot_pending and n.state != "DOWN",
+        60,
+        "node2 rebooted",
+    )
+    assert door.node("node2").drained  # drained through the reboot: nothing lands there
     job = sbatch(devcluster, "-N1", "-w", "node2", "--wrap", "sleep 20")
-    node = door.node("node2")
-    if node.state == "DOWN" or node.drained:  # not yet returned by a ping answer
-        scontrol(devcluster, "update", "nodename=node2", "state=resume")
+    scontrol(devcluster, "update", "nodename=node2", "state=resume")
     wait_for(lambda: door.job(job).state == "RUNNING", 60, "the job on node2")
     assert not door.node("node2").reason.startswith("triage:"), door.node("node2")
 

@@ -168,6 +168,10 @@ def test_a_reboot_runs_its_course() -> None:
     assert (done.state, done.action, done.cycle) == (S.REPAIRING, A.START_BURN_IN, 1)
     lost = replace(complete, reason=f"{reason} : reboot issued")
     assert "timed out" in _decide(lost, steps=steps).reason
+    # Our reboot asks no next state: the node boots drained, the reason as issued.
+    booted = _drained(f"{reason} : reboot issued")
+    done = _decide(booted, steps=steps)
+    assert (done.state, done.action, done.cycle) == (S.REPAIRING, A.START_BURN_IN, 1)
     cancelled = _drained(reason)
     assert _decide(cancelled, steps=steps).action is A.REBOOT
 
@@ -218,7 +222,9 @@ def test_a_node_back_in_service_whose_reason_slurm_cleared_is_burned_in_by_the_j
 
 def test_a_reboot_that_timed_out_waits_for_a_person_until_the_node_boots() -> None:
     """The reasons both releases leave (test_repair on the dev cluster): 22.05 clears DRAIN,
-    25.11 keeps it; a late boot appends ' : reboot complete' after the timeout."""
+    25.11 keeps it. A late boot appends ' : reboot complete' after the timeout to a reboot
+    asked with nextstate=DOWN (older versions), and leaves ours drained (25.11) or, on
+    22.05 with ReturnToService=2, in service (the journal then says it is unproven)."""
     reason = "triage: repairing reboot gpu.lost : reboot issued : reboot timed out"
     steps = (_step(A.REBOOT, NOW - 600, cycle=1, subject="gpu.lost"),)
     down = replace(node_info("node2"), state="DOWN", reason=reason)
@@ -230,6 +236,11 @@ def test_a_reboot_that_timed_out_waits_for_a_person_until_the_node_boots() -> No
         )
     booted = _decide(replace(down, reason=f"{reason} : reboot complete"), steps=steps)
     assert (booted.state, booted.action) == (S.REPAIRING, A.START_BURN_IN)
+    # Our reboot asks no next state: a late boot leaves it drained, the reason as it was.
+    late = _decide(_drained(reason), steps=steps)
+    assert (late.state, late.action) == (S.REPAIRING, A.START_BURN_IN)
+    returned = _decide(replace(down, state="IDLE"), steps=steps)  # 22.05, ReturnToService=2
+    assert (returned.state, returned.action) == (S.REPAIRING, A.START_BURN_IN)
 
 
 def test_a_gpu_reset_not_done_in_time_becomes_a_reboot() -> None:

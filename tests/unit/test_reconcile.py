@@ -55,14 +55,18 @@ def _pass(config: Config, door: FakeDoor, journal: Journal, t: Ticking, **kw: ob
 def test_a_node_returned_to_service_by_slurm_after_its_reboot_is_burned_in(
     tmp_path: Path,
 ) -> None:
-    """ReturnToService=2: a ping answer after ' : reboot complete' puts the node back in
-    service, our reason kept; the next pass starts its burn-in all the same."""
+    """A reboot an older version asked with nextstate=DOWN, mid-upgrade: slurmctld cleared
+    DRAIN at boot, appended ' : reboot complete', and ReturnToService=2's next ping answer
+    put the node back in service, our reason kept; the next pass burns it in all the same."""
     config, door, t = _config(tmp_path), _door(), Ticking()
     journal = Journal(config.decision.journal)
     door.drain("node2", "triage: gpu.xid XID 79 GPU 0000:3b:00.0 GPU has fallen off the bus")
     assert _pass(config, door, journal, t)["node2"].decision.action is A.REBOOT
     door.complete_reboot("node2")
-    door.node_table["node2"] = replace(door.node("node2"), state="IDLE")
+    booted = door.node("node2")
+    door.node_table["node2"] = replace(
+        booted, state="IDLE", flags=frozenset(), reason=f"{booted.reason} : reboot complete"
+    )
     t.now += 60
     step = _pass(config, door, journal, t)["node2"]
     assert step.decision.action is A.START_BURN_IN and step.applied, step
@@ -72,15 +76,18 @@ def test_a_node_returned_to_service_by_slurm_after_its_reboot_is_burned_in(
 def test_a_returned_node_whose_reason_a_job_cleared_is_burned_in_after_that_job(
     tmp_path: Path,
 ) -> None:
-    """ReturnToService=2, then a job lands there and slurmctld clears our reason: the
-    journal still holds the reboot as the cycle's last step, so the burn-in is reserved (no
-    new job lands) and runs after that job; `nodes` shows the node repairing."""
+    """Someone returned the rebooted node (an admin's resume; or ReturnToService=2 after an
+    older version's nextstate=DOWN reboot), then a job landed and slurmctld cleared our
+    reason: the journal still holds the reboot as the cycle's last step, so the burn-in is
+    reserved (no new job lands) and runs after that job."""
     config, door, t = _config(tmp_path), _door(), Ticking()
     journal = Journal(config.decision.journal)
     door.drain("node2", "triage: gpu.xid XID 79 GPU 0000:3b:00.0 GPU has fallen off the bus")
     assert _pass(config, door, journal, t)["node2"].decision.action is A.REBOOT
     door.complete_reboot("node2")
-    door.node_table["node2"] = replace(door.node("node2"), state="ALLOCATED", reason="")
+    door.node_table["node2"] = replace(
+        door.node("node2"), state="ALLOCATED", flags=frozenset(), reason=""
+    )
     t.now += 60
     step = _pass(config, door, journal, t)["node2"]
     assert (step.decision.state, step.decision.action) == (S.REPAIRING, A.START_BURN_IN)
@@ -122,6 +129,7 @@ def test_a_node_goes_drained_rebooted_burnt_in_and_back(tmp_path: Path) -> None:
     assert _pass(config, door, journal, t)["node2"].decision.action is A.NONE  # pending
 
     door.complete_reboot("node2")
+    assert not door.usable_by("node2")  # drained through the reboot: nothing lands
     t.now += 60
     step = _pass(config, door, journal, t)["node2"]
     assert step.decision.action is A.START_BURN_IN and step.applied
@@ -298,7 +306,9 @@ def test_nodes_shows_a_node_back_before_its_burn_in_as_repairing(
     door.drain("node2", "triage: gpu.xid XID 79 GPU 0000:3b:00.0 GPU has fallen off the bus")
     assert main(["nodes", "reconcile", "--json"]) == 0
     door.complete_reboot("node2")
-    door.node_table["node2"] = replace(door.node("node2"), state="IDLE", reason="")
+    door.node_table["node2"] = replace(
+        door.node("node2"), state="IDLE", flags=frozenset(), reason=""
+    )
     capsys.readouterr()
     assert main(["nodes", "--json", "node1", "node2"]) == 0
     shown = {n["node"]: n["state"] for n in json.loads(capsys.readouterr().out)["nodes"]}

@@ -42,10 +42,10 @@ def _burn_in(door: FakeDoor, node: str = "node2", *, dry_run: bool = False) -> r
 # -- FakeDoor as slurmctld ---------------------------------------------------------------------
 
 
-def test_a_reboot_drains_at_once_and_ends_down_with_our_reason_kept() -> None:
-    """ASAP: DRAIN + REBOOT_REQUESTED with our reason; issued: DOWN + REBOOT_ISSUED,
-    " : reboot issued" appended by SlurmUser; complete: DOWN, no DRAIN, " : reboot
-    complete" appended, a newer boot time."""
+def test_a_reboot_drains_at_once_and_ends_drained_with_our_reason_kept() -> None:
+    """DRAIN + REBOOT_REQUESTED with our reason; issued: DOWN + REBOOT_ISSUED, " : reboot
+    issued" appended by SlurmUser; complete: IDLE, still drained (no next state asked),
+    the reason unchanged, a newer boot time."""
     door = _door()
     door.node_table["node2"] = node_info("node2", boot_time=1000)
     door.reboot("node2", REASON)
@@ -58,8 +58,8 @@ def test_a_reboot_drains_at_once_and_ends_down_with_our_reason_kept() -> None:
     assert node.reason == f"{REASON} : reboot issued"
     door.complete_reboot("node2")
     node = door.node("node2")
-    assert (node.state, node.flags, node.reboot_pending) == ("DOWN", frozenset(), False)
-    assert node.reason == f"{REASON} : reboot issued : reboot complete"
+    assert (node.state, node.flags, node.reboot_pending) == ("IDLE", {NodeFlag.DRAIN}, False)
+    assert node.reason == f"{REASON} : reboot issued"
     assert node.boot_time is not None and node.boot_time > 1000
 
 

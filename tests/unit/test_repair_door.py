@@ -174,19 +174,16 @@ def _argvs(log: Path) -> list[list[str]]:
 
 
 def test_reboot_argv_keeps_the_reason_one_argument(tmp_path: Path) -> None:
-    """ASAP, nextstate=DOWN and Reason= come first (scontrol reads options only among the
-    three words after `reboot`), the reason one line, the node last."""
+    """Drained first with the reason, then rebooted with neither ASAP (a RESUME next state
+    on 22.05) nor nextstate= (DRAIN cleared at boot): the node stays drained through it.
+    Reason= comes first (scontrol reads options only among the three words after
+    `reboot`), the reason one line, the node last."""
     door, log = _door(tmp_path, {})
     door.reboot("node2", "triage: repairing reboot xid79\nnode3 ALL")
+    reason = "triage: repairing reboot xid79 node3 ALL"
     assert _argvs(log) == [
-        [
-            "scontrol",
-            "reboot",
-            "ASAP",
-            "nextstate=DOWN",
-            "Reason=triage: repairing reboot xid79 node3 ALL",
-            "node2",
-        ]
+        ["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"],
+        ["scontrol", "reboot", f"Reason={reason}", "node2"],
     ]
 
 
