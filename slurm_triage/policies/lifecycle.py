@@ -6,8 +6,9 @@ Where each state lives (docs/repair.md): DRAINED, REPAIRING and RMA in the node'
 (policies.drain_words), BURN_IN in the reservation `triage_burnin_<node>`, SUSPECT in the
 node's feature; an admin's drain, down or reboot (a reason without our prefix) is ADMIN and
 never touched. The journal remembers what Slurm cannot: when each step was taken, the
-repair cycles in the window, the weight a suspect mark replaced, and that a node slurmctld
-returned to service after our reboot (ReturnToService=2) still waits for its burn-in.
+repair cycles in the window, the weight a suspect mark replaced, and that a node back in
+service after our reboot (a person's resume, or ReturnToService=2 where docs/repair.md says)
+still waits for its burn-in.
 
 The repair a node gets follows what took it out: the XID catalogue's node action (the
 reconcile gathers it: `repair_for_xid`, since policies read no attribution), else the
@@ -447,8 +448,8 @@ def _repairing(
     given: LifecycleInput,
 ) -> LifecycleDecision:
     if not _out_of_service(given.node):
-        # ReturnToService=2 put it back before its burn-in (classify): the reservation
-        # (IGNORE_JOBS) keeps new jobs off, the burn-in waits for any job that landed.
+        # Back in service before its burn-in (classify): the reservation (IGNORE_JOBS)
+        # keeps new jobs off, the burn-in waits for any job that landed meanwhile.
         why = "rebooted, back in service before its burn-in: burn-in next"
         return _with(base, LifecycleAction.START_BURN_IN, why)
     if words.kind is DrainKind.BURN_IN_PENDING:
