@@ -34,8 +34,9 @@ What each does in Slurm (read from SchedMD's source, 22.05 and 25.11 alike):
   AvailableFeatures and ActiveFeatures, so larger jobs land elsewhere first and jobs may
   ask `--constraint=!triage_suspect`; the node's weight and features before are in the
   result for the journal. `clear_suspect` sets the weight recorded before and takes the
-  feature out again (other features, an admin's included, stay). Whether Slurm keeps such
-  updates across `scontrol reconfigure` is not yet checked: mark again when they are gone.
+  feature out again (other features, an admin's included, stay). `scontrol reconfigure`
+  resets both from slurm.conf (22.05 and 25.11): the lifecycle marks the node again from
+  the journal.
 
 Every function takes `dry_run` (`policy.act = false`): then nothing changes in Slurm (reads
 still happen) and the outcome is DRY_RUN. None raises for Slurm's answers: each returns a

@@ -189,10 +189,17 @@ def lifecycle_state(
     config: RepairConfig,
     now: float,
 ) -> NodeLifecycle:
-    """The node's state (pure): what Slurm shows (`classify`), and what the journal adds,
-    a node back in service after our reboot with no burn-in since (`reboot_unproven`)."""
-    unproven = _History(steps, now, config).reboot_unproven
-    return classify(node, reservation, config.suspect_feature, reboot_unproven=unproven)
+    """The node's state (pure): what Slurm shows (`classify`), and what the journal adds:
+    a node back in service after our reboot with no burn-in since (`reboot_unproven`), a
+    suspect mark not cleared since (`suspect_marked`: `scontrol reconfigure` drops it)."""
+    history = _History(steps, now, config)
+    return classify(
+        node,
+        reservation,
+        config.suspect_feature,
+        reboot_unproven=history.reboot_unproven,
+        suspect_marked=history.suspect_since is not None,
+    )
 
 
 def classify(
@@ -201,10 +208,12 @@ def classify(
     feature: str,
     *,
     reboot_unproven: bool = False,
+    suspect_marked: bool = False,
 ) -> NodeLifecycle:
     """The state Slurm shows (pure): reason words first, then the reservation, the mark.
-    `reboot_unproven` (the journal's: our reboot was the cycle's last step) makes a node in
-    service REPAIRING: it came back before its burn-in."""
+    What the journal adds: `reboot_unproven` (our reboot was the cycle's last step) makes a
+    node in service REPAIRING, it came back before its burn-in; `suspect_marked` (marked,
+    not cleared since) makes it SUSPECT without the feature."""
     words = read_reason(node.reason)
     out = _out_of_service(node)
     if out and not words.ours:
@@ -214,9 +223,13 @@ def classify(
     if not out and (reboot_unproven or _returned_before_its_burn_in(words)):
         return NodeLifecycle.REPAIRING
     if not out:
-        suspect = feature in node.features or feature in node.active_features
+        suspect = suspect_marked or _carries(node, feature)
         return NodeLifecycle.SUSPECT if suspect else NodeLifecycle.HEALTHY
     return _STATE_OF_KIND.get(words.kind, NodeLifecycle.UNKNOWN)
+
+
+def _carries(node: NodeInfo, feature: str) -> bool:
+    return feature in node.features or feature in node.active_features
 
 
 def _out_of_service(node: NodeInfo) -> bool:
@@ -277,7 +290,11 @@ def decide_lifecycle(
     words = read_reason(node.reason)
     history = _History(given.steps, given.now, config)
     state = classify(
-        node, given.reservation, config.suspect_feature, reboot_unproven=history.reboot_unproven
+        node,
+        given.reservation,
+        config.suspect_feature,
+        reboot_unproven=history.reboot_unproven,
+        suspect_marked=history.suspect_since is not None,
     )
     base = LifecycleDecision(
         node.name,
@@ -345,11 +362,15 @@ def _suspect(
     base: LifecycleDecision, given: LifecycleInput, history: _History, config: RepairConfig
 ) -> LifecycleDecision:
     marked = history.last(LifecycleAction.MARK_SUSPECT)
-    since = marked.at if marked else given.now
+    # The cool-down runs from the period's first mark: marking again does not restart it.
+    since = history.suspect_since if history.suspect_since is not None else given.now
     left = since + config.lemon_cooldown_h * 3600 - given.now
+    rising = _rising(given.signals, config)
+    if not _carries(given.node, config.suspect_feature) and (left > 0 or rising):
+        why = "suspect mark gone (scontrol reconfigure resets Weight and features): marked again"
+        return _with(base, LifecycleAction.MARK_SUSPECT, why)
     if left > 0:
         return _none(base, f"suspect: cool-down ends in {left / 3600:.1f} h")
-    rising = _rising(given.signals, config)
     if rising:
         return _none(base, f"suspect: {rising}")
     before = marked.detail.get("weight_before") if marked else None
@@ -568,6 +589,18 @@ class _History:
         or release followed it. A node in service so came back before its burn-in."""
         taken = [s for s in self.steps if s.applied and s.action in _CYCLE_VALUES]
         return bool(taken) and taken[-1].action == LifecycleAction.REBOOT.value
+
+    @property
+    def suspect_since(self) -> float | None:
+        """When the node's suspect period began: its first mark since the last clear (None:
+        not marked, by the journal). Slurm may have lost the mark meanwhile."""
+        since = None
+        for s in self.steps:
+            if s.applied and s.action == LifecycleAction.CLEAR_SUSPECT.value:
+                since = None
+            elif s.applied and s.action == LifecycleAction.MARK_SUSPECT.value and since is None:
+                since = s.at
+        return since
 
     def last(self, *actions: LifecycleAction) -> LifecycleEvent | None:
         wanted = {a.value for a in actions}

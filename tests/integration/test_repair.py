@@ -7,11 +7,16 @@ fails its burn-in until it goes to RMA with its evidence bundle."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
+from slurm_triage.config import RepairConfig
 from slurm_triage.devcluster import cluster
+from slurm_triage.journal import Journal
+from slurm_triage.journal.records import LifecycleEvent
 from slurm_triage.slurm import open_door
 from tests.integration.slurmtest import (
     env,
@@ -264,3 +269,32 @@ def test_a_node_back_in_service_before_its_burn_in_is_burned_in_after_the_job_it
     steps = sorted(history["nodes"][0]["history"], key=lambda h: h["at"])
     done = [h["action"] for h in steps if h["action"] != "none"]
     assert done == ["reboot", "start_burn_in", "return_to_service"], done
+
+
+def _marked(node) -> bool:  # type: ignore[no-untyped-def]
+    return "triage_suspect" in node.features and node.weight == RepairConfig().suspect_weight
+
+
+def test_a_suspect_mark_scontrol_reconfigure_dropped_is_set_again(devcluster, repair) -> None:  # type: ignore[no-untyped-def]
+    """`scontrol reconfigure` resets Weight and features from slurm.conf, taking the suspect
+    mark off. The journal still holds it (written here as reconcile writes a lemon's mark):
+    the next pass marks node1 again."""
+    door = repair
+    journal = Journal(str(devcluster.state_dir / "journal-repair.sqlite"))
+    mark = LifecycleEvent("node1", time.time() - 60, "healthy", "mark_suspect", True, "lemon")
+    journal.add_lifecycle_events([replace(mark, detail={"weight_before": 1})])
+    journal.close()
+    try:
+        row = reconcile_row(devcluster, "node1")
+        assert (row["state"], row["action"]) == ("suspect", "mark_suspect"), row
+        assert _marked(door.node("node1")), door.node("node1")
+        scontrol(devcluster, "reconfigure")
+        wait_for(lambda: not _marked(door.node("node1")), 60, "node1's mark dropped")
+        wait_for(lambda: door.node("node1").responding, 60, "node1 responding")
+        row = reconcile_row(devcluster, "node1")
+        assert (row["state"], row["action"]) == ("suspect", "mark_suspect"), row
+        assert _marked(door.node("node1")), door.node("node1")
+    finally:
+        scontrol(devcluster, "reconfigure")  # slurm.conf's Weight and features back
+        wait_for(lambda: not _marked(door.node("node1")), 60, "node1 unmarked")
+        wait_for(lambda: door.node("node1").responding, 60, "node1 responding")

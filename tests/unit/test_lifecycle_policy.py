@@ -300,6 +300,31 @@ def test_a_lemon_is_suspect_after_burn_in_then_cleared_after_the_cool_down() -> 
     assert _decide(marked, steps=over, signals=rising).action is A.NONE
 
 
+def test_a_suspect_mark_slurm_dropped_is_set_again_until_the_cool_down_ends() -> None:
+    """`scontrol reconfigure` resets Weight and features from slurm.conf (seen on 22.05 and
+    25.11): the journal still holds the mark, so reconcile marks the node again; the
+    cool-down runs from the first mark, and a clear ends the journal's period."""
+    node = node_info("node2")  # the feature gone
+    first = _step(A.MARK_SUSPECT, NOW - 3600, detail={"weight_before": 7})
+    again = _decide(node, steps=(first,))
+    assert (again.state, again.action) == (S.SUSPECT, A.MARK_SUSPECT)
+    assert "marked again" in again.reason
+    # Marked again 23 h into a 24 h cool-down: the clear comes at 24 h from the first mark.
+    remark = _step(A.MARK_SUSPECT, NOW - 3600, detail={"weight_before": 1})
+    marked = replace(node, features=("triage_suspect",), active_features=("triage_suspect",))
+    spent = (replace(first, at=NOW - 25 * 3600), remark)
+    cleared = _decide(marked, steps=spent)
+    assert (cleared.action, cleared.restore_weight) == (A.CLEAR_SUSPECT, 1)
+    # Gone after the cool-down: nothing to mark again, the clear closes the period.
+    assert _decide(node, steps=spent).action is A.CLEAR_SUSPECT
+    rising = NodeSignals("node2", failed_jobs=3)
+    assert _decide(node, steps=spent, signals=rising).action is A.MARK_SUSPECT
+    closed = (first, _step(A.CLEAR_SUSPECT, NOW - 60))
+    assert _decide(node, steps=closed).state is S.HEALTHY
+    refused = (replace(first, applied=False),)
+    assert _decide(node, steps=refused).state is S.HEALTHY
+
+
 def test_a_node_in_service_with_rising_failures_becomes_suspect() -> None:
     node = node_info("node2")
     assert _decide(node, signals=NodeSignals("node2", failed_jobs=1)).action is A.NONE

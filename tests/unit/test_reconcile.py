@@ -16,6 +16,7 @@ from slurm_triage.clock import Clock
 from slurm_triage.config import Config, DecisionConfig, PathsConfig, RepairConfig
 from slurm_triage.job_state import JobState
 from slurm_triage.journal import Journal
+from slurm_triage.journal.records import LifecycleEvent
 from slurm_triage.observe.controller import controller_families, read_facts
 from slurm_triage.policies.lifecycle import LifecycleAction, NodeLifecycle, burn_in_reservation
 from slurm_triage.slurm import SlurmUnavailable
@@ -95,6 +96,25 @@ def test_a_returned_node_whose_reason_a_job_cleared_is_burned_in_after_that_job(
     assert not door.usable_by("node2")
     t.now += 60
     assert _pass(config, door, journal, t)["node2"].decision.state is S.BURN_IN
+
+
+def test_a_suspect_mark_lost_to_scontrol_reconfigure_is_set_again(tmp_path: Path) -> None:
+    """The journal holds node2's suspect mark; `scontrol reconfigure` reset its Weight and
+    features from slurm.conf (seen on both releases). The next pass marks it again."""
+    config, door, t = _config(tmp_path), _door(), Ticking()
+    journal = Journal(config.decision.journal)
+    mark = LifecycleEvent("node2", t.now - 3600, "healthy", "mark_suspect", True, "lemon")
+    journal.add_lifecycle_events([replace(mark, detail={"weight_before": 1})])
+    step = _pass(config, door, journal, t)["node2"]
+    assert (step.decision.state, step.decision.action, step.applied) == (
+        S.SUSPECT,
+        A.MARK_SUSPECT,
+        True,
+    )
+    node = door.node("node2")
+    assert "triage_suspect" in node.features and node.weight == config.repair.suspect_weight
+    t.now += 60
+    assert _pass(config, door, journal, t)["node2"].decision.action is A.NONE  # cooling down
 
 
 def test_a_reboot_that_times_out_is_left_for_a_person_until_the_node_boots(
