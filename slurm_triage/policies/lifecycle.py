@@ -192,7 +192,12 @@ def lifecycle_state(
     """The node's state (pure): what Slurm shows (`classify`), and what the journal adds:
     a node back in service after our reboot with no burn-in since (`reboot_unproven`), a
     suspect mark not cleared since (`suspect_marked`: `scontrol reconfigure` drops it)."""
-    history = _History(steps, now, config)
+    return _state(node, reservation, _History(steps, now, config), config)
+
+
+def _state(
+    node: NodeInfo, reservation: ReservationInfo | None, history: _History, config: RepairConfig
+) -> NodeLifecycle:
     return classify(
         node,
         reservation,
@@ -289,13 +294,7 @@ def decide_lifecycle(
     node = given.node
     words = read_reason(node.reason)
     history = _History(given.steps, given.now, config)
-    state = classify(
-        node,
-        given.reservation,
-        config.suspect_feature,
-        reboot_unproven=history.reboot_unproven,
-        suspect_marked=history.suspect_since is not None,
-    )
+    state = _state(node, given.reservation, history, config)
     base = LifecycleDecision(
         node.name,
         state,
