@@ -66,8 +66,10 @@ class JobView(Frozen):
     restart_count: int
     excluded_nodes: tuple[str, ...]  # already excluded: the user's own and ours
     comment: str
-    # Nodes of the job's partition that can run jobs now (not down, not drained).
-    usable_partition_nodes: tuple[str, ...]
+    # Nodes of the job's partition that can run jobs now (not down, not drained); None when
+    # Slurm could not be asked (the must-fit rule then keeps the exclusion: an unreadable
+    # partition is not an empty one).
+    usable_partition_nodes: tuple[str, ...] | None
     opted_in: bool = False  # SLURM_TRIAGE_REQUEUE=1 in the submit environment
     # sbatch -w/--nodelist (ReqNodeList): never excluded, or Slurm never starts the job.
     required_nodes: tuple[str, ...] = ()

@@ -160,6 +160,13 @@ def must_fit(config: PolicyConfig) -> Policy:
     def step(g: PolicyInput, d: Decision) -> Decision:
         if d.verdict is not Verdict.REQUEUE or not d.exclude:
             return d
+        if g.job.usable_partition_nodes is None:
+            # Requeuing onto the node that just failed is the worse guess: Slurm keeps a job
+            # that cannot fit pending with a reason an operator sees.
+            return d.but(
+                f"{g.job.partition or 'the partition'}'s nodes could not be read: "
+                f"excluding {','.join(d.exclude)} unchecked"
+            )
         excluded = set(g.job.excluded_nodes) | set(d.exclude)
         usable = [n for n in g.job.usable_partition_nodes if n not in excluded]
         if len(usable) >= g.job.num_nodes:

@@ -201,7 +201,7 @@ def job_view(
     are read only when `needs_nodes`: when nothing can be excluded the must-fit rule has no
     use for them. `allocation`: the run's nodes as EpilogSlurmctld was told them
     (SLURM_JOB_NODELIST), the whole allocation whatever slurmctld shows by then."""
-    usable: tuple[str, ...] = ()
+    usable: tuple[str, ...] | None = ()
     try:
         if needs_nodes:
             usable = tuple(
@@ -210,7 +210,7 @@ def job_view(
                 if job.partition in n.partitions and n.responding and not n.drained
             )
     except SlurmError:
-        usable = ()
+        usable = None  # unknown, not empty: the must-fit rule keeps the exclusion
     return JobView(
         job_id=job.job_id,
         user=job.user,

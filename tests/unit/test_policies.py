@@ -18,7 +18,10 @@ from slurm_triage.policies import (
     policy,
     rules,
 )
+from slurm_triage.prolog_epilog.gather import job_view
+from slurm_triage.slurm import SlurmUnavailable
 from slurm_triage.taxonomy import Cause, Domain, info
+from slurm_triage.testing import FakeDoor, job_info, node_infos
 
 CONFIG = PolicyConfig()
 NODES = tuple(f"node{i}" for i in range(1, 9))
@@ -161,6 +164,29 @@ def test_exclusion_that_cannot_fit_is_dropped_or_held() -> None:
     assert any("requeued without exclusion" in r for r in d.reasons)
     held = default_chain(replace(CONFIG, cant_fit="hold"))(given(**small))
     assert held.verdict is Verdict.HOLD and held.exclude == ()
+
+
+def test_an_unreadable_partition_keeps_the_exclusion() -> None:
+    """sinfo failed (usable nodes unknown): the exclusion stands, in either cant_fit mode, and
+    the reason says it was not checked; it is not read as a partition with no nodes."""
+    for mode in ("requeue_without_exclusion", "hold"):
+        d = default_chain(replace(CONFIG, cant_fit=mode))(given(usable_partition_nodes=None))
+        assert (d.verdict, d.exclude) == (Verdict.REQUEUE, ("node2",))
+        assert any("nodes could not be read: excluding node2 unchecked" in r for r in d.reasons)
+
+
+def test_a_failed_sinfo_reads_as_an_unknown_partition_not_an_empty_one() -> None:
+    """gather.job_view: the door's node read failing gives None (unknown), where it gave ()
+    and the must-fit rule dropped the exclusion of the node that had just failed."""
+    door = FakeDoor([job_info(7, nodes=("node1", "node2"))], node_infos(8))
+    door.fail("nodes", SlurmUnavailable("sinfo: Socket timed out on send/recv operation"))
+    view = job_view(door, door.job(7), {}, needs_nodes=True, allocation=("node1", "node2"))
+    assert view.usable_partition_nodes is None
+    healthy = FakeDoor([job_info(7, nodes=("node1", "node2"))], node_infos(8))
+    assert (
+        len(job_view(healthy, healthy.job(7), {}, needs_nodes=True).usable_partition_nodes or ())
+        == 8
+    )
 
 
 def test_users_own_exclusions_count_for_fit() -> None:
