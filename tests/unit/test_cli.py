@@ -126,14 +126,17 @@ def test_slurm_conf_programs_exit_0_with_a_log_line(program: str, tmp_path: Path
     config = tmp_path / "c.toml"
     (tmp_path / "evidence").mkdir()
     # A node with no GPUs expected and nothing else required is healthy. Slurm's commands
-    # are looked for in an empty directory, the journal and the evidence live in tmp_path.
+    # are looked for in an empty directory, the journal and the evidence live in tmp_path,
+    # and the kernel log is an empty file: this host's /dev/kmsg is not the test's to read
+    # (what it held once made the Prolog fail here).
     config.write_text(
         f'[logging]\ndestination = "file"\nfile = "{log}"\n'
         f'[paths]\nstate_dir = "{tmp_path}/state"\nevidence_dir = "{tmp_path}/evidence"\n'
         f'[slurm]\nbin_dir = "{tmp_path}/no-slurm"\nattempts = 1\n'
         f'[decision]\njournal = "{tmp_path}/journal.sqlite"\nwait_for_nodes_s = 0\n'
-        "[health]\nexpected_gpus = 0\n"
+        f'[health]\nexpected_gpus = 0\nkernel_log = "{tmp_path}/kern.log"\n'
     )
+    (tmp_path / "kern.log").write_text("")
     result = _run(
         [str(BIN / program)],
         {"SLURM_TRIAGE_CONFIG": str(config), "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2"},
