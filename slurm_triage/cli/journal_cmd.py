@@ -101,11 +101,14 @@ def _faults_nodes(cause: str) -> bool:
 
 
 def _lemons(args: argparse.Namespace, context: Any) -> int:
-    from slurm_triage.policies.lemons import node_signals
+    from slurm_triage.policies.lemons import node_signals, since_return
+    from slurm_triage.policies.lifecycle import FRESH_START
 
     config = context.config()
     since = time.time() - config.policy.lemon_window_days * 86400
-    signals = node_signals(_journal(context).node_events(since), config.policy)
+    journal = _journal(context)
+    returned = journal.last_applied(FRESH_START, since)
+    signals = node_signals(since_return(journal.node_events(since), returned), config.policy)
     shown = [s for s in signals.values() if args.all or s.lemon]
     shown.sort(key=lambda s: (not s.lemon, -s.failed_jobs, s.node))
     if args.json:

@@ -25,8 +25,9 @@ from slurm_triage.journal import Journal
 from slurm_triage.journal.records import LifecycleEvent, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.policies.drain_words import read_reason
-from slurm_triage.policies.lemons import NodeSignals, node_signals
+from slurm_triage.policies.lemons import NodeSignals, node_signals, since_return
 from slurm_triage.policies.lifecycle import (
+    FRESH_START,
     BurnIn,
     LifecycleAction,
     LifecycleDecision,
@@ -52,8 +53,6 @@ _XID_REPAIR = {
     NodeAction.DRAIN_INSPECT: Repair.PERSON,
     NodeAction.DRAIN_RMA: Repair.RMA,
 }
-# Returns to service after which a node's lemon history starts again.
-_FRESH_START = frozenset({LifecycleAction.RETURN_TO_SERVICE.value, LifecycleAction.RELEASE.value})
 
 
 @dataclass(frozen=True)
@@ -140,9 +139,8 @@ def _signals(
     config: Config, steps: Sequence[LifecycleEvent], events: Sequence[NodeEvent], node: str
 ) -> NodeSignals | None:
     """Lemon signals since the node last came back (burn-in passed, or a person's release)."""
-    back = max((s.at for s in steps if s.action in _FRESH_START and s.applied), default=0.0)
-    fresh = [e for e in events if e.at > back]
-    return node_signals(fresh, config.policy).get(node)
+    back = max((s.at for s in steps if s.action in FRESH_START and s.applied), default=0.0)
+    return node_signals(since_return(events, {node: back}), config.policy).get(node)
 
 
 def _xid_repair(node: NodeInfo, events: Sequence[NodeEvent]) -> Repair:

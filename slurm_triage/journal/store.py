@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -363,6 +363,19 @@ class Journal:
             args,
         )
         return tuple(_lifecycle(r) for r in rows)
+
+    def last_applied(self, actions: Collection[str], since: float = 0.0) -> dict[str, float]:
+        """Each node's newest applied lifecycle step among `actions` (at or after `since`):
+        when a node last came back, for the lemon history that starts again there."""
+        if not actions:
+            return {}
+        marks = ", ".join("?" * len(actions))
+        rows = self._read(
+            f"SELECT node, max(at) FROM lifecycle WHERE applied = 1 AND action IN ({marks}) "
+            "AND at >= ? GROUP BY node",
+            (*sorted(actions), since),
+        )
+        return {r[0]: float(r[1]) for r in rows}
 
     def latest_lifecycle(self) -> dict[str, LifecycleEvent]:
         """Each node's newest lifecycle step (what `nodes` and the metrics show)."""

@@ -17,8 +17,8 @@ from slurm_triage.config import Config
 from slurm_triage.journal import Journal
 from slurm_triage.journal.records import DecisionTotal
 from slurm_triage.observe.exposition import Family, Histogram, Kind, Spec
-from slurm_triage.policies.lemons import node_signals
-from slurm_triage.policies.lifecycle import NodeLifecycle
+from slurm_triage.policies.lemons import node_signals, since_return
+from slurm_triage.policies.lifecycle import FRESH_START, NodeLifecycle
 
 # Seconds from a job's end to our requeue of it: sub-second when all is well (README's
 # bench: 0.7 s), tens of seconds when the decision waited for a slow node's evidence.
@@ -110,7 +110,8 @@ def read_facts(journal: Journal, config: Config, now: float | None = None) -> Co
     """Aggregate the journal (the I/O half)."""
     now = time.time() if now is None else now
     since = now - config.policy.lemon_window_days * 86400
-    lemons = node_signals(journal.node_events(since), config.policy)
+    returned = journal.last_applied(FRESH_START, since)
+    lemons = node_signals(since_return(journal.node_events(since), returned), config.policy)
     return ControllerFacts(
         totals=journal.decision_totals(),
         requeue_latencies_s=journal.requeue_latencies(),

@@ -3,7 +3,7 @@ of daily jobs). Pure: per-node journal events in, per-node signals and a verdict
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import field
 
 from slurm_triage.config import PolicyConfig
@@ -37,6 +37,13 @@ class NodeSignals(Frozen):
             "lemon": self.lemon,
             "reasons": list(self.reasons),
         }
+
+
+def since_return(events: Iterable[NodeEvent], returned: Mapping[str, float]) -> list[NodeEvent]:
+    """The events after each node last came back (`returned`: node -> when its burn-in
+    passed or a person released it, policies.lifecycle.FRESH_START): a node proven healthy
+    starts its lemon history again, so failures before its repair do not drain it anew."""
+    return [e for e in events if e.at > returned.get(e.node, 0.0)]
 
 
 def node_signals(events: Iterable[NodeEvent], config: PolicyConfig) -> dict[str, NodeSignals]:

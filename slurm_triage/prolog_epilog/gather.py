@@ -18,6 +18,8 @@ from slurm_triage.journal import Journal, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.policies import JobView, PastDecision
 from slurm_triage.policies import family as cause_family
+from slurm_triage.policies.lemons import since_return
+from slurm_triage.policies.lifecycle import FRESH_START
 from slurm_triage.prolog_epilog.ended_run import EndedRun
 from slurm_triage.prolog_epilog.job_end import JobEnd, slurm_env
 from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError
@@ -148,8 +150,8 @@ class Context(Frozen):
     job: JobView
     history: tuple[PastDecision, ...]
     earlier: tuple[str, ...]  # earlier runs' ends: "gpu_unavailable on node2", oldest first
-    # The journal's node events within the lemon window; read only when this end blames
-    # nodes (only then can a lemon be found).
+    # The journal's node events within the lemon window, each node's since it last came
+    # back from repair; read only when this end blames nodes (only then can a lemon be found).
     node_events: tuple[NodeEvent, ...] = ()
 
 
@@ -181,7 +183,10 @@ def gather_context(
     )
     events: tuple[NodeEvent, ...] = ()
     if node_blame(attribution):
-        events = journal.node_events(now - config.policy.lemon_window_days * 86400)
+        since = now - config.policy.lemon_window_days * 86400
+        # A node back from repair starts its history again, as reconcile reads it.
+        returned = journal.last_applied(FRESH_START, since)
+        events = tuple(since_return(journal.node_events(since), returned))
     may_exclude = bool(attribution.nodes) and (
         info(attribution.cause).action is Action.REQUEUE_EXCLUDE
     )

@@ -28,7 +28,8 @@ from slurm_triage.evidence import (
     store,
 )
 from slurm_triage.hostlist import HostlistError
-from slurm_triage.journal import DecisionRow, Journal
+from slurm_triage.journal import DecisionRow, Journal, NodeEvent
+from slurm_triage.journal.records import LifecycleEvent
 from slurm_triage.prolog_epilog.decide import Outcome, decide, decide_from_env
 from slurm_triage.prolog_epilog.ended_run import EndState
 from slurm_triage.prolog_epilog.job_end import JobEnd
@@ -463,6 +464,26 @@ def test_slurms_own_restart_count_spends_the_total_budget(tmp_path: Path) -> Non
 
 
 # -- failures and dry runs ----------------------------------------------------------------
+
+
+def test_a_lemon_back_from_repair_starts_its_history_again(cluster: Cluster) -> None:
+    """node1 was a lemon (4 blamed jobs 3 days ago), then burned in and returned yesterday.
+    node2's XID 79 ends this job: only node2 is drained; node1's old failures, from before
+    its repair, do not drain it again as a lemon (as reconcile reads it, docs/repair.md)."""
+    old = time.time() - 3 * 86400
+    cluster.journal.add_node_events(
+        [NodeEvent("node1", 100 + i, old, "blamed", "gpu_memory", 48, False) for i in range(4)]
+    )
+    returned = LifecycleEvent(
+        "node1", time.time() - 86400, "burn_in", "return_to_service", True, ""
+    )
+    cluster.root_record("node2", xid79("node2"))
+    assert set(cluster.end().decision.drain) == {"node1", "node2"}  # not back yet: a lemon
+    cluster.journal.add_lifecycle_events([returned])
+    cluster.start_run()
+    again = cluster.end(restart=1)
+    assert again.decision.drain == ("node2",), again.decision.reasons
+    assert not any("lemon" in r for r in again.decision.reasons)
 
 
 def test_no_exclusion_after_a_failed_requeue(cluster: Cluster) -> None:
