@@ -203,7 +203,8 @@ class PolicyConfig(Frozen):
         "filesystem",
         "health_check",
     )
-    # Requeue budget per job: in total, and per cause family; past it the job is held.
+    # Requeue budget per job: in total (failures: preemptions and resumable time limits are
+    # kept to their own family's budget only), and per cause family; past it the job is held.
     max_requeues: int = field(default=10, metadata=_range(0, 10000))
     max_node_failure_requeues: int = field(default=5, metadata=_range(0, 10000))
     max_preemption_requeues: int = field(default=50, metadata=_range(0, 10000))

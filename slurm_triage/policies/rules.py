@@ -115,14 +115,20 @@ def requeue_budget(config: PolicyConfig) -> Policy:
         if d.verdict is not Verdict.REQUEUE:
             return d
         ours = [p for p in g.history if p.verdict in (Verdict.REQUEUE, Verdict.HOLD)]
-        total = max(g.job.restart_count, len(ours))
-        if total >= config.max_requeues:
-            return d.but(
-                f"requeue budget spent ({total} of {config.max_requeues}): held",
-                verdict=Verdict.HOLD,
-                budget_spent="total",
-            )
         fam = family(g.cause, g.domain)
+        # The total guards against crash loops: a preemption or a resumable time limit is
+        # no failure, and a run that goes on through them (a week of daily limits) is kept
+        # to its own family's budget only, and its restarts are not failures spent.
+        if fam is not Family.PREEMPTION:
+            resumed = sum(1 for p in g.history if p.family is Family.PREEMPTION)
+            failures = sum(1 for p in ours if p.family is not Family.PREEMPTION)
+            total = max(g.job.restart_count - resumed, failures)
+            if total >= config.max_requeues:
+                return d.but(
+                    f"requeue budget spent ({total} of {config.max_requeues}): held",
+                    verdict=Verdict.HOLD,
+                    budget_spent="total",
+                )
         limit = limits.get(fam)
         used = sum(1 for p in ours if p.family is fam)
         if limit is not None and used >= limit:

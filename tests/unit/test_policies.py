@@ -134,6 +134,39 @@ def test_total_budget_counts_slurms_restarts_too() -> None:
     assert d.verdict is Verdict.HOLD and any("requeue budget spent" in r for r in d.reasons)
 
 
+@pytest.mark.parametrize("cause", [Cause.PREEMPTED, Cause.TIMEOUT])
+def test_preemptions_and_resumable_limits_have_their_own_budget_only(cause: Cause) -> None:
+    """A run that goes on through preemptions or daily time limits (triage:resumable) is
+    requeued until the preemption budget (50), not held by the total (10) on its 10th."""
+    resumable = {"comment": "triage:resumable", "blamed": (), "cause": cause}
+    runs = CONFIG.max_preemption_requeues
+    history = tuple(
+        PastDecision(i, cause, Family.PREEMPTION, "requeue", 1000.0 + i) for i in range(runs - 1)
+    )
+    d = default_chain(CONFIG)(given(history=history, restart_count=runs - 1, **resumable))
+    assert d.verdict is Verdict.REQUEUE, d.reasons
+    spent = (*history, PastDecision(runs - 1, cause, Family.PREEMPTION, "requeue", 2000.0))
+    d = default_chain(CONFIG)(given(history=spent, restart_count=runs, **resumable))
+    assert (d.verdict, d.budget_spent) == (Verdict.HOLD, "preemption")
+
+
+def test_restarts_after_preemptions_do_not_spend_the_failure_budget() -> None:
+    """12 restarts, all preemptions: a first hardware failure is still requeued. 22 restarts
+    of which 12 preemptions leave 10 failures (2 ours, 8 Slurm's own): held on the total."""
+    preempted = tuple(
+        PastDecision(i, Cause.PREEMPTED, Family.PREEMPTION, "requeue", 1000.0 + i)
+        for i in range(12)
+    )
+    d = default_chain(CONFIG)(given(history=preempted, restart_count=12))
+    assert d.verdict is Verdict.REQUEUE, d.reasons
+    failed = tuple(
+        PastDecision(i, Cause.NODE_FAILURE, Family.NODE_FAILURE, "requeue", 1000.0 + i)
+        for i in range(2)
+    )
+    d = default_chain(CONFIG)(given(history=failed + preempted, restart_count=22))
+    assert (d.verdict, d.budget_spent) == (Verdict.HOLD, "total"), d.reasons
+
+
 def test_unknown_is_requeued_once() -> None:
     """An unexplained failure is requeued once, then held."""
     first = default_chain(CONFIG)(given(cause=Cause.UNKNOWN, blamed=()))
