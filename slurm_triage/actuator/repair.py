@@ -60,7 +60,7 @@ from slurm_triage.slurm.errors import (
     SlurmTimeout,
     SlurmUnavailable,
 )
-from slurm_triage.slurm.model import NodeFlag, NodeInfo
+from slurm_triage.slurm.model import NodeInfo
 
 SUSPECT_FEATURE = "triage_suspect"
 
@@ -354,7 +354,7 @@ def _said(exc: BaseException, step: Callable[[], str] | None) -> str:
 
 
 def _out_of_service(info: NodeInfo) -> bool:
-    return info.drained or info.state in ("DOWN", "FAIL") or NodeFlag.FAIL in info.flags
+    return info.drained or info.state == "DOWN" or info.failed
 
 
 def _with(features: tuple[str, ...], feature: str) -> tuple[str, ...]:

@@ -242,7 +242,7 @@ def _carries(node: NodeInfo, feature: str) -> bool:
 
 
 def _out_of_service(node: NodeInfo) -> bool:
-    return node.drained or node.state in ("DOWN", "FAIL") or node.reboot_pending
+    return node.drained or node.state == "DOWN" or node.failed or node.reboot_pending
 
 
 def _returned_before_its_burn_in(words: DrainWords) -> bool:
@@ -505,7 +505,7 @@ def _rebooting(
     person looks."""
     issued = words.stage in ("reboot issued", "reboot timed out")
     if words.stage == "reboot complete" or (
-        issued and not node.reboot_pending and node.state not in ("DOWN", "FAIL")
+        issued and not node.reboot_pending and node.state != "DOWN" and not node.failed
     ):
         return _with(base, LifecycleAction.START_BURN_IN, "rebooted: burn-in next")
     if issued and not node.reboot_pending:

@@ -93,6 +93,12 @@ class NodeInfo(Frozen):
         return NodeFlag.DRAIN in self.flags
 
     @property
+    def failed(self) -> bool:
+        """Set to FAIL (`scontrol update state=FAIL`): a flag over the base state in Slurm's
+        JSON (["IDLE", "FAIL"], node_mgr.c), the compact state FAIL/FAILG in text."""
+        return NodeFlag.FAIL in self.flags or self.state in ("FAIL", "FAILG")
+
+    @property
     def responding(self) -> bool:
         return (
             self.state not in ("DOWN", "UNKNOWN", "FUTURE")

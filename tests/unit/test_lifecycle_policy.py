@@ -119,6 +119,18 @@ def test_an_admins_reboot_is_never_touched() -> None:
     assert _decide(node).state is S.ADMIN
 
 
+@pytest.mark.parametrize(
+    ("state", "flags"),
+    [("IDLE", {NodeFlag.FAIL}), ("ALLOCATED", {NodeFlag.FAIL}), ("FAIL", set())],
+)
+def test_a_node_an_admin_set_to_fail_is_theirs(state: str, flags: set[str]) -> None:
+    """`scontrol update state=FAIL`: Slurm's JSON says ["IDLE", "FAIL"] (a flag over the base
+    state, node_mgr.c, both releases); the node is out of service, an admin's, not healthy."""
+    node = replace(node_info("node2"), state=state, flags=frozenset(flags), reason="bad DIMM")
+    assert node.failed
+    assert _decide(node).state is S.ADMIN
+
+
 def test_repair_disabled_decides_nothing_but_knows_the_state() -> None:
     done = _decide(_drained("triage: gpu.lost x"), config=RepairConfig(enabled=False))
     assert (done.state, done.action) == (S.DRAINED, A.NONE) and "disabled" in done.reason
