@@ -121,9 +121,9 @@ class HealthConfig(Frozen):
     kernel_log: str = "/dev/kmsg"
     # XIDs and MCE/EDAC lines count when younger than this (the taxonomy's 10 min window).
     kernel_window_s: float = field(default=600.0, metadata=_range(1, 86400 * 7))
-    # An application XID (13, 31, 43, 68, 69, 137) fails a GPU only when this many distinct
-    # jobs hit it on the same GPU within the window (it follows the GPU, not the code). One
-    # fault prints a burst of lines: lines on one GPU this close together are one fault.
+    # An application XID (13, 31, 43, 68, 69, 137) fails a GPU only when jobs of this many
+    # distinct users hit it on the same GPU within the window (it follows the GPU, not the
+    # code). One fault prints a burst of lines: lines this close together are one fault.
     app_xid_repeats: int = field(default=3, metadata=_range(1, 1000))
     app_xid_burst_gap_s: float = field(default=5.0, metadata=_range(0, 600))
     sysfs_root: str = "/sys"

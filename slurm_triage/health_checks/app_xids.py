@@ -15,9 +15,12 @@ Slurm gives it, else the 10-minute evidence window). A job that hit its bug thre
 the job running now (or of one whose Epilog failed): together they count as one job, never
 as one per burst or per process (each restart is a new pid).
 
-A GPU fails `gpu.xid` when its application XIDs came from `app_xid_repeats` distinct jobs
-within `kernel_window_s`: the fault then follows the GPU, not the code (NVIDIA's catalogue,
-WORKFLOW_XID_13/31: repeats on one GPU are a hardware suspect, solo bursts are the app's).
+A GPU fails `gpu.xid` when its application XIDs came from `app_xid_repeats` distinct users'
+jobs within `kernel_window_s`: the fault then follows the GPU, not the code (NVIDIA's
+catalogue, WORKFLOW_XID_13/31: repeats on one GPU are a hardware suspect, solo bursts are the
+app's). Users, not jobs: one user's three jobs hitting the same bug (or one out-of-bounds
+store on purpose) are the one user's code, and must not drain the GPU. A claim of an earlier
+build names no user and counts as its job.
 """
 
 from __future__ import annotations
@@ -64,6 +67,12 @@ class Claim:
     start: float
     end: float
     job: str
+    user: str = ""  # the job's uid (SLURM_JOB_UID); "" in an earlier build's ledger
+
+    @property
+    def faulting(self) -> str:
+        """Who the fault counts against: the user, or the job where no user was recorded."""
+        return f"user:{self.user}" if self.user else f"job:{self.job}"
 
     def covers(self, burst: Burst, gap_s: float) -> bool:
         return (
@@ -109,20 +118,21 @@ def _burst(bus: str, lines: Sequence[KernelEvent]) -> Burst:
     )
 
 
-def owner(burst: Burst, claims: Sequence[Claim], gap_s: float) -> str | None:
-    """The job whose Epilog claimed this burst, if one did."""
-    return next((c.job for c in claims if c.covers(burst, gap_s)), None)
+def owner(burst: Burst, claims: Sequence[Claim], gap_s: float) -> Claim | None:
+    """The claim of the job whose Epilog claimed this burst, if one did."""
+    return next((c for c in claims if c.covers(burst, gap_s)), None)
 
 
 def faults_per_gpu(
     found: Sequence[Burst], claims: Sequence[Claim], gap_s: float
 ) -> dict[str, set[str]]:
-    """Per GPU, the distinct faulting jobs: `job:<id>` for each job whose Epilog claimed a
-    burst, and `unclaimed` once for all the bursts no Epilog claimed yet."""
+    """Per GPU, the distinct faulting users: `user:<uid>` for each user whose jobs' Epilogs
+    claimed a burst (`job:<id>` for a claim naming no user), and `unclaimed` once for all
+    the bursts no Epilog claimed yet (the running job's)."""
     faults: dict[str, set[str]] = {}
     for b in found:
-        job = owner(b, claims, gap_s)
-        faults.setdefault(b.bus, set()).add(UNCLAIMED if job is None else f"job:{job}")
+        claim = owner(b, claims, gap_s)
+        faults.setdefault(b.bus, set()).add(UNCLAIMED if claim is None else claim.faulting)
     return faults
 
 
@@ -147,13 +157,13 @@ def read_claims(path: Path) -> tuple[Claim, ...]:
 
 
 def _claim(item: Mapping[str, object]) -> Claim:
-    bus, job = item["bus"], item["job"]
+    bus, job, user = item["bus"], item["job"], item.get("user", "")
     start, end = item["start"], item["end"]
-    if not (isinstance(bus, str) and isinstance(job, str)):
-        raise TypeError("claim bus and job must be strings")
+    if not (isinstance(bus, str) and isinstance(job, str) and isinstance(user, str)):
+        raise TypeError("claim bus, job and user must be strings")
     if not (isinstance(start, int | float) and isinstance(end, int | float)):
         raise TypeError("claim start and end must be numbers")
-    return Claim(bus, float(start), float(end), job)
+    return Claim(bus, float(start), float(end), job, user)
 
 
 def claim_bursts(
@@ -164,16 +174,18 @@ def claim_bursts(
     until: float,
     gap_s: float,
     now: float | None = None,
+    user: str = "",
 ) -> list[Claim]:
-    """Record `job` as the owner of the bursts in [since, until] that no job claimed yet;
-    the new claims. Serialised with other Epilogs of this node by a lock file."""
+    """Record `job` (of `user`, its uid) as the owner of the bursts in [since, until] that no
+    job claimed yet; the new claims. Serialised with other Epilogs of this node by a lock
+    file."""
     now = time.time() if now is None else now
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         claims = [c for c in read_claims(path) if c.end >= now - CLAIM_TTL_S]
         new = [
-            Claim(b.bus, b.start, b.end, job)
+            Claim(b.bus, b.start, b.end, job, user)
             for b in found
             if since - gap_s <= b.start <= until and owner(b, claims, gap_s) is None
         ]

@@ -139,7 +139,8 @@ def claim_app_xids(config: Config, end: JobEnd, events: list[KernelEvent], now: 
         return
     since = end.start_time if end.start_time is not None else job_window(now).start
     path = app_xids.ledger_path(config.paths.state_dir, end.node)
-    new = app_xids.claim_bursts(path, found, str(end.job_id), since, now, gap_s, now)
+    user = str(end.uid) if end.uid >= 0 else ""
+    new = app_xids.claim_bursts(path, found, str(end.job_id), since, now, gap_s, now, user)
     if new:
         log = get_logger(job_id=end.job_id, node=end.node)
         log.info("epilog_app_xids_claimed", bursts=len(new))

@@ -1,5 +1,5 @@
-"""Application XIDs are counted as faults of jobs (bursts claimed by each job's Epilog), never
-as kernel-log lines (issue 14, item 2), on the simulated estate's kernel log."""
+"""Application XIDs are counted as faults of users' jobs (bursts claimed by each job's Epilog),
+never as kernel-log lines (issue 14, item 2), on the simulated estate's kernel log."""
 
 from __future__ import annotations
 
@@ -39,12 +39,14 @@ def fault(estate: NodeEstate, when: float, pid: int = 4242) -> None:
         estate.kernel_line(line, when + n * 0.0015)
 
 
-def job_ends(config: Config, estate: NodeEstate, job: int, started: float, ended: float) -> None:
-    """The Epilog of `job` on node2 claims the bursts of its run."""
+def job_ends(
+    config: Config, estate: NodeEstate, job: int, started: float, ended: float, uid: int = -1
+) -> None:
+    """The Epilog of `job` (of user `uid`, by default one of its own: 1000 + job) on node2
+    claims the bursts of its run."""
+    uid = 1000 + job if uid < 0 else uid
     events = kernel_log.read_kernel_events(str(estate.kernel_log), "node2")
-    end = JobEnd(
-        job_id=job, node="node2", uid=1000, exit_code=1, ended_at=ended, start_time=started
-    )
+    end = JobEnd(job_id=job, node="node2", uid=uid, exit_code=1, ended_at=ended, start_time=started)
     claim_app_xids(config, end, events, ended)
 
 
@@ -95,9 +97,34 @@ def test_three_jobs_faulting_on_one_gpu_drain_it(node) -> None:  # type: ignore[
     status, reason, evidence = xid_check(config)
     assert status is CheckStatus.FAIL
     assert reason == f"application XIDs on GPU {GPU0} from 3 jobs"
-    assert evidence["faults"] == ["job:70", "job:71", "job:72"]
+    assert evidence["faults"] == ["user:1070", "user:1071", "user:1072"]
     (result,) = Run(config, registry.select(["gpu.xid"], False), node="node2").execute().results
     assert (result.severity, result.action) == (Severity.LOW, Action.DRAIN)
+
+
+def test_one_users_three_jobs_faulting_do_not_drain(node) -> None:  # type: ignore[no-untyped-def]
+    """A hostile (or unlucky) user's three tiny jobs, each one out-of-bounds store on GPU 0:
+    one user's code, not the GPU; with the running job's unclaimed burst still two users at
+    most, never app_xid_repeats."""
+    config, estate = node
+    now = time.time()
+    for i, job in enumerate((70, 71, 72)):
+        start = now - 500 + 150 * i
+        fault(estate, start + 20, pid=6000 + i)
+        job_ends(config, estate, job, start, start + 60, uid=4242)
+    fault(estate, now - 10, pid=7000)
+    status, _, evidence = xid_check(config)
+    assert status is CheckStatus.OK and evidence["app_xid_bursts"] == 4
+
+
+def test_a_claim_of_an_earlier_build_counts_as_its_job(tmp_path: Path) -> None:
+    """A ledger written before claims named their user: each claim is its own job."""
+    path = tmp_path / "n.app-xids.json"
+    old = [{"bus": GPU0, "start": 100.0 * i, "end": 100.0 * i, "job": str(70 + i)} for i in (1, 2)]
+    path.write_text(json.dumps({"claims": old}))
+    claims = app_xids.read_claims(path)
+    found = [app_xids.Burst(GPU0, 100.0 * i, 100.0 * i, 9, (13,), frozenset()) for i in (1, 2)]
+    assert app_xids.faults_per_gpu(found, claims, 5.0) == {GPU0: {"job:71", "job:72"}}
 
 
 def test_two_jobs_and_the_running_one_are_three(node) -> None:  # type: ignore[no-untyped-def]
@@ -112,7 +139,7 @@ def test_two_jobs_and_the_running_one_are_three(node) -> None:  # type: ignore[n
     fault(estate, now - 10, pid=7001)
     status, _, evidence = xid_check(config)
     assert status is CheckStatus.FAIL
-    assert evidence["faults"] == ["job:70", "job:71", app_xids.UNCLAIMED]
+    assert evidence["faults"] == [app_xids.UNCLAIMED, "user:1070", "user:1071"]
 
 
 def test_first_claim_wins_and_a_job_claims_nothing_before_it_started(tmp_path: Path) -> None:
@@ -124,7 +151,10 @@ def test_first_claim_wins_and_a_job_claims_nothing_before_it_started(tmp_path: P
     new = app_xids.claim_bursts(path, [early, late], "71", 250, 400, 5.0, now=400)
     assert [(c.job, c.start) for c in new] == [("71", 300.0)]
     claims = app_xids.read_claims(path)
-    assert [app_xids.owner(b, claims, 5.0) for b in (early, late)] == ["70", "71"]
+    assert [getattr(app_xids.owner(b, claims, 5.0), "job", None) for b in (early, late)] == [
+        "70",
+        "71",
+    ]
 
 
 def test_an_unreadable_ledger_counts_bursts_as_unclaimed(tmp_path: Path) -> None:
