@@ -6,12 +6,12 @@ Reads use machine-readable forms where the installed Slurm has working ones: nod
 from `scontrol --json show job` on 24.05+ and the text form before, with a parser that is
 safe against user-controlled text (see parse.parse_scontrol_job). The version deciding
 this is the client's (`scontrol --version`, asked once per door): the clients print the
-documents we parse.
+documents we parse. Every command runs with SLURM_TIME_FORMAT=standard (runner.PINNED_ENV):
+the parsers read ISO local time whatever the caller's environment asks for.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shlex
@@ -81,8 +81,10 @@ class CliDoor(SlurmDoor):
     def job(self, job_id: int) -> JobInfo:
         try:
             if parse.version_tuple(self.slurm_version()) >= SCONTROL_JOB_JSON_SINCE:
-                result = self._runner.run(["scontrol", "--json", "show", "job", str(job_id)])
-                return parse.parse_scontrol_job_json(result.stdout, job_id)
+                return self._runner.read(
+                    ["scontrol", "--json", "show", "job", str(job_id)],
+                    lambda text: parse.parse_scontrol_job_json(text, job_id),
+                )
             result = self._runner.run(["scontrol", "show", "job", str(job_id)])
             return parse.parse_scontrol_job(result.stdout, job_id)
         except JobNotFound:
@@ -118,23 +120,24 @@ class CliDoor(SlurmDoor):
             argv = ["scontrol", "--json", "show", "nodes"]
             if wanted:
                 argv[-1:] = ["node", hostlist.compress(wanted)]
-            found = parse.parse_scontrol_nodes_json(self._runner.run(argv).stdout, wanted)
+            found = self._runner.read(
+                argv, lambda text: parse.parse_scontrol_nodes_json(text, wanted)
+            )
         else:
             argv = ["sinfo", "--json"]
             if wanted:
                 argv += ["-n", hostlist.compress(wanted)]
-            found = parse.parse_sinfo_json(self._runner.run(argv).stdout, wanted)
+            # 22.05's sinfo prints a failed load as "errors" with exit status 0: read
+            # within the attempt, so that it is retried as scontrol's exit status 1 is.
+            found = self._runner.read(argv, lambda text: parse.parse_sinfo_json(text, wanted))
         if wanted is not None and len(found) != len(wanted):
             missing = sorted(set(wanted) - {n.name for n in found})
             raise NodeNotFound(f"unknown node(s): {','.join(missing)}")
         return found
 
     def node_events(self, since: datetime, until: datetime | None = None) -> NodeEventLog:
-        # SLURM_TIME_FORMAT in the caller's environment would change how sacctmgr prints
-        # times; `standard` is its ISO default on every release.
-        env = {**(self._runner.env or os.environ), "SLURM_TIME_FORMAT": "standard"}
-        runner = dataclasses.replace(self._runner, env=env)
-        text = runner.run(events.sacctmgr_event_argv(since, until)).stdout
+        # Times in ISO local time: the runner gives every command SLURM_TIME_FORMAT=standard.
+        text = self._runner.run(events.sacctmgr_event_argv(since, until)).stdout
         header = text.split("\n", 1)[0].strip()
         if header != "|".join(events.EVENT_FIELDS):
             raise SlurmOutputError(
@@ -240,10 +243,8 @@ class CliDoor(SlurmDoor):
         log.info("node_reboot_requested", node=node, reason=text)
 
     def reservations(self) -> tuple[ReservationInfo, ...]:
-        # Times as ISO local time whatever the caller's SLURM_TIME_FORMAT says.
-        env = {**(self._runner.env or os.environ), "SLURM_TIME_FORMAT": "standard"}
-        runner = dataclasses.replace(self._runner, env=env)
-        text = runner.run(["scontrol", "show", "reservation"]).stdout
+        # Times as ISO local time: the runner pins SLURM_TIME_FORMAT=standard.
+        text = self._runner.run(["scontrol", "show", "reservation"]).stdout
         return reservations.parse_scontrol_reservations(text)
 
     def create_reservation(

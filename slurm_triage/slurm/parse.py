@@ -16,8 +16,14 @@ from typing import Any
 
 from slurm_triage import hostlist
 from slurm_triage.job_state import SHOWN_FLAG_ORDER
-from slurm_triage.slurm.errors import JobNotFound, SlurmOutputError
+from slurm_triage.slurm.errors import (
+    JobNotFound,
+    SlurmError,
+    SlurmOutputError,
+    SlurmUnavailable,
+)
 from slurm_triage.slurm.model import JobInfo, JobState, NodeInfo
+from slurm_triage.slurm.runner import error_class_for
 
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
@@ -174,7 +180,7 @@ _REQUIRED_LINES = frozenset(
 # The whole rest of the line (and any continuation) is the value.
 _WHOLE_LINE_KEYS = ("AdminComment", "Comment", "StdErr", "StdOut")
 # What we read from each of Slurm's lines; user text on a line only ever comes after these
-# (Reason before Dependency, which has no spaces; BatchHost after BatchFeatures).
+# (Reason before Dependency, which has no spaces).
 _LINE_FIELDS = {
     "JobId": re.compile(r"JobId=(?P<JobId>\d+)(?: |\Z)"),
     "UserId": re.compile(r"UserId=(?P<UserId>\S*) GroupId="),
@@ -192,7 +198,12 @@ _LINE_FIELDS = {
     "Partition": re.compile(r"Partition=(?P<Partition>\S*)"),
     "ReqNodeList": re.compile(r"ReqNodeList=(?P<ReqNodeList>\S*) ExcNodeList=(?P<ExcNodeList>\S*)"),
     "NodeList": re.compile(r"NodeList=(?P<NodeList>\S*)"),
-    "BatchFeatures": re.compile(r".* BatchHost=(?P<BatchHost>\S*)\s*\Z", re.DOTALL),
+    # job_info.c (22.05) / info_job.c (23.02+) Line 14: "BatchFeatures=%s", then
+    # " BatchHost=%s" only while batch_host is set: a pending `sbatch --batch=` job, or one
+    # requeued (batch_requeue_fini frees batch_host), prints BatchFeatures alone. Batch
+    # features are node feature names joined by & and | (job_scheduler.c
+    # _valid_batch_features checks each against the job's constraint), so no spaces.
+    "BatchFeatures": re.compile(r"BatchFeatures=\S*(?: BatchHost=(?P<BatchHost>\S*))?\s*\Z"),
     "BatchHost": re.compile(r"BatchHost=(?P<BatchHost>\S*)"),
     "NumNodes": re.compile(r"NumNodes=(?P<NumNodes>\S+)"),
 }
@@ -304,11 +315,28 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
     )
 
 
+# Why one job has several records under `sacct -D` (job_mgr.c and as_mysql_job.c
+# as_mysql_job_complete, 22.05 and 25.11): a requeue closes the run's record and the next
+# run gets a new one. The closed record reads REQUEUED (scontrol requeue/requeuehold,
+# RequeueExit, a node that failed its reconfiguration: the JOB_REQUEUE flag), NODE_FAIL
+# (slurmctld requeued the job for a failed node) or PREEMPTED (PreemptMode=REQUEUE); on 25.11
+# a job requeued while completing or after it ended keeps the state it ended in (FAILED,
+# TIMEOUT, ...: _job_requeue_op logs no second completion), and REVOKED is a federated job
+# that another cluster ran and requeued. BOOT_FAIL ends a job that cannot be requeued
+# (_job_fail), so it is only ever the last row. The one record that is no run's end is
+# RESIZING: job_pre_resize_acctg closes the record when a running job changes size (scontrol
+# update NumNodes=, a node excised from a --no-kill job, a job expanded into another) and
+# job_post_resize_acctg opens the next one for the same run. So every row before the last
+# is one restart, except a RESIZING row.
+_NOT_A_RESTART = "RESIZING"
+
+
 def parse_sacct_job(text: str, job_id: int) -> JobInfo:
     """A job from `sacct -D -X -n -P --delimiter=US -o SACCT_FIELDS`, matched on JobIDRaw:
-    the last row is the current run, and every earlier row is a run that was requeued, so
-    one restart each (REQUEUED after `scontrol requeue`, but NODE_FAIL when slurmctld
-    requeued it for a failed node, on 22.05 as on 25.11)."""
+    the last row is the current run, and each earlier row is a run that was requeued, one
+    restart each (REQUEUED after `scontrol requeue`, NODE_FAIL when slurmctld requeued it
+    for a failed node, ...), except the RESIZING rows of a job that changed size (see
+    _NOT_A_RESTART)."""
     rows = [
         dict(zip(SACCT_FIELDS, line.split(SACCT_DELIMITER, len(SACCT_FIELDS) - 1), strict=True))
         for line in text.splitlines()
@@ -327,7 +355,7 @@ def parse_sacct_job(text: str, job_id: int) -> JobInfo:
         exit_signal=exit_signal,
         nodes=_nodes(row["NodeList"] if row["NodeList"] != "None assigned" else ""),
         excluded_nodes=(),
-        restart_count=len(rows) - 1,
+        restart_count=sum(r["State"].strip() != _NOT_A_RESTART for r in rows[:-1]),
         requeue=False,  # accounting does not record the flag; callers must not assume it
         batch=True,
         user=row["User"],
@@ -365,6 +393,7 @@ def _parse_nodes_document(
         raise SlurmOutputError(f"{command}: output too large")
     try:
         data = json.loads(text)
+        _raise_reported_errors(data, command)
         raw_nodes: list[dict[str, Any]] = data["nodes"]
         if not isinstance(raw_nodes, list):
             raise TypeError
@@ -380,6 +409,41 @@ def _parse_nodes_document(
     if names is None:
         return tuple(by_name[n] for n in sorted(by_name))
     return tuple(by_name[n] for n in names if n in by_name)
+
+
+def _raise_reported_errors(data: Any, command: str) -> None:
+    """Raise the failure a JSON document reports in its "errors" list, as the command's own
+    failure. 22.05's `sinfo --json` prints a failed load this way with exit status 0
+    (src/sinfo/data.c dump_data returns SLURM_SUCCESS whatever the handler did), in
+    openapi/v0.0.38's shape, `{"error": slurm_strerror(rc), "errno": rc}`
+    (plugins/openapi/v0.0.38/nodes.c); slurm_load_node's rc is SLURM_ERROR whatever the
+    cause, so an unreachable controller reads "Unspecified error", errno -1. 23.02+'s
+    data_parser prints `{"description", "error_number", "error", "source"}` (OPENAPI_ERROR
+    in parsers.c). Slurm's words map through the runner's table, as a client's stderr does;
+    anything else is SlurmUnavailable (the controller's trouble, retried), as on 25.11,
+    where scontrol exits 1 with "slurm_load_node error: Unable to contact slurm
+    controller"."""
+    errors = data.get("errors") if isinstance(data, dict) else None
+    if not errors:
+        return
+    texts = [_error_text(entry) for entry in errors] if isinstance(errors, list) else [""]
+    if not all(texts):
+        raise SlurmOutputError(f"{command}: not the expected JSON document (errors)")
+    message = f"{command}: {'; '.join(texts)}"[:300]
+    error: type[SlurmError] = error_class_for(message) or SlurmUnavailable
+    raise error(message)
+
+
+def _error_text(entry: Any) -> str:
+    """One entry of "errors" as a line: its words and Slurm's error number; "" if it has none."""
+    if not isinstance(entry, dict):
+        return ""
+    words = [entry.get(k) for k in ("description", "error")]
+    text = " / ".join(dict.fromkeys(w.strip() for w in words if isinstance(w, str) and w.strip()))
+    number = entry.get("errno", entry.get("error_number"))
+    if text and isinstance(number, int) and not isinstance(number, bool):
+        text += f" (errno {number})"
+    return text
 
 
 def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
@@ -468,7 +532,9 @@ def parse_scontrol_job_json(text: str, job_id: int) -> JobInfo:
     if len(text) > MAX_OUTPUT_BYTES:
         raise SlurmOutputError("scontrol --json show job: output too large")
     try:
-        jobs = json.loads(text)["jobs"]
+        data = json.loads(text)
+        _raise_reported_errors(data, "scontrol --json show job")
+        jobs = data["jobs"]
         if not isinstance(jobs, list):
             raise TypeError
     except (ValueError, KeyError, TypeError, RecursionError):

@@ -30,6 +30,9 @@ partition's. What pyslurm 25.11 cannot do goes through the command-line door it 
   slurm_create_reservation returned, and `sbatch --wrap` has no pyslurm counterpart; both
   go through scontrol and sbatch. Reading and deleting reservations is pyslurm's;
 - weight 0 and empty feature lists: pyslurm sends 0 and "" as "no change".
+pyslurm 25.11's `Reservation.flags` is a strict enum.Flag that lacks bits slurmctld sets
+(GRES_REQ, TIME_FLOAT, ...): reading it raises ValueError for such a reservation, so the door
+reads the bits from that error and names them as scontrol does (_reservation_flag_bits).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import tenacity
 from slurm_triage import hostlist
 from slurm_triage.deadline import CallTimedOut, call_with_deadline
 from slurm_triage.logs import get_logger
-from slurm_triage.slurm import arguments
+from slurm_triage.slurm import arguments, reservations
 from slurm_triage.slurm.arguments import MAX_REASON_CHARS
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
@@ -290,7 +293,12 @@ class PyslurmDoor(SlurmDoor):
             found = [_reservation(r) for r in self._ps.Reservations.load().values()]
             return tuple(sorted(found, key=lambda r: r.name))
 
-        return self._call("reservations", load)
+        try:
+            return self._call("reservations", load)
+        except _UnreadableFlags as exc:
+            # Never a reservation dropped or read without its flags: scontrol prints them.
+            log.warning("pyslurm_reservation_flags_unreadable", reason=str(exc))
+            return self._cli.reservations()
 
     def create_reservation(
         self, name: str, node: str, duration_s: int, users: Sequence[str]
@@ -467,34 +475,45 @@ def _state_text(state: JobState, raw: Any) -> str:
         return state.value
 
 
-# pyslurm's ReservationFlags names (core/reservation.pyx) as Slurm prints them
-# (reservation_flags_string).
-_RESERVATION_FLAG_NAMES = {
-    "MAINTENANCE": "MAINT",
-    "IGNORE_RUNNING_JOBS": "IGNORE_JOBS",
-    "SPECIFIC_NODES": "SPEC_NODES",
-    "STATIC_NODES": "STATIC",
-    "PARTITION_NODES_ONLY": "PART_NODES",
-    "USER_DELETION": "USER_DELETE",
-    "PURGE": "PURGE_COMP",
-    "NO_JOB_HOLD_AFTER_END": "NO_HOLD_JOBS_AFTER_END",
-}
+# Python's enum (3.11 on) refusing a value its strict Flag has no members for: "<flag
+# 'ReservationFlags'> invalid value 137438986241\n    given 0b0...\n  allowed 0b0...".
+_STRICT_FLAG_VALUE = re.compile(r"invalid value (\d+)\b")
+# pyslurm keeps a reservation's reoccurrence apart (Reservation.reoccurrence), its bit
+# taken out of the flags (Reservation.from_ptr); scontrol prints it among them.
+_REOCCURRENCES = frozenset({"HOURLY", "DAILY", "WEEKLY", "WEEKDAY", "WEEKEND"})
+
+
+class _UnreadableFlags(SlurmOutputError):
+    """pyslurm's ReservationFlags refused a reservation's bits without saying them."""
 
 
 def _reservation(raw: Any) -> ReservationInfo:
-    flags = frozenset(
-        _RESERVATION_FLAG_NAMES.get(str(flag.name), str(flag.name))
-        for flag in (raw.flags or ())
-        if flag.name
-    )
+    flags = reservations.flag_names(_reservation_flag_bits(raw))
+    reoccurrence = str(getattr(raw, "reoccurrence", None) or "")
     return ReservationInfo(
         name=str(raw.name),
         nodes=_hostnames(raw.nodes),
         start_time=_epoch(raw.start_time),
         end_time=_epoch(raw.end_time),
-        flags=flags,
+        flags=flags | ({reoccurrence} & _REOCCURRENCES),
         users=tuple(str(u) for u in raw.users or ()),
     )
+
+
+def _reservation_flag_bits(raw: Any) -> int:
+    """A reservation's RESERVE_FLAG_* bits. pyslurm 25.11 returns them as
+    `ReservationFlags(info.flags)` (core/reservation.pyx), a strict enum.Flag without
+    members for bits slurmctld sets (GRES_REQ on every reservation whose TRES names a gres,
+    TIME_FLOAT, REPLACE, REPLACE_DOWN, FORCE_START): for such a reservation the property
+    raises ValueError, whose message holds the value; the C field has no other reader."""
+    try:
+        return int(raw.flags.value)
+    except ValueError as exc:
+        match = _STRICT_FLAG_VALUE.search(str(exc))
+        if match is None:
+            text = " ".join(str(exc).split())[:200]
+            raise _UnreadableFlags(f"pyslurm reservation {raw.name}: {text}") from None
+        return int(match[1])
 
 
 def _epoch(value: Any) -> int | None:

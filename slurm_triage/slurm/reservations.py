@@ -40,6 +40,30 @@ _NODES = re.compile(r"Nodes=(?P<nodes>\S*) NodeCnt=\d+ CoreCnt=\d+ .* Flags=(?P<
 _USERS = re.compile(r"Users=(?P<users>\S*) Groups=\S* Accounts=")
 
 
+# reservation_flags_string (src/common/slurm_protocol_defs.c) over slurm.h's RESERVE_FLAG_*
+# bits, both of slurm-25-11-7-1: (bit, the name Flags= shows), in scontrol's order. The pyslurm
+# door gets the bits (pyslurm's version is the running Slurm's). Bits scontrol does not print
+# (GRES_REQ, which slurmctld sets for a TRES naming a gres; TRES_PER_NODE; SKIP;
+# SCHED_FAILED; DUR_PLUS/DUR_MINUS and NO_FLEX ... of update requests) are left out, so both
+# doors give the same names.
+_FLAG_BITS = (
+    (0, "MAINT"), (1, "NO_MAINT"), (25, "FLEX"), (14, "OVERLAP"), (6, "IGNORE_JOBS"),
+    (35, "HOURLY"), (36, "NO_HOURLY"), (2, "DAILY"), (3, "NO_DAILY"), (21, "WEEKDAY"),
+    (23, "WEEKEND"), (4, "WEEKLY"), (5, "NO_WEEKLY"), (15, "SPEC_NODES"), (19, "ALL_NODES"),
+    (8, "ANY_NODES"), (9, "NO_ANY_NODES"), (10, "STATIC"), (11, "NO_STATIC"),
+    (12, "PART_NODES"), (13, "NO_PART_NODES"), (17, "TIME_FLOAT"), (18, "REPLACE"),
+    (30, "REPLACE_DOWN"), (20, "PURGE_COMP"), (29, "NO_HOLD_JOBS_AFTER_END"), (32, "MAGNETIC"),
+    (33, "NO_MAGNETIC"), (39, "USER_DELETE"), (40, "NO_USER_DELETE"), (42, "FORCE_START"),
+)  # fmt: skip
+
+
+def flag_names(bits: int) -> frozenset[str]:
+    """The names `scontrol show reservation` prints in Flags= for a reservation's
+    RESERVE_FLAG_* bits (MAINT, IGNORE_JOBS, SPEC_NODES, TIME_FLOAT, ...); bits it does not
+    print are passed over, so an unknown bit never hides the known ones."""
+    return frozenset(name for bit, name in _FLAG_BITS if bits >> bit & 1)
+
+
 def parse_scontrol_reservations(text: str) -> tuple[ReservationInfo, ...]:
     """Every reservation of `scontrol show reservation`; SlurmOutputError for anything
     that is not Slurm's layout (a record without its Nodes= or Users= line)."""

@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from slurm_triage.frozen import Frozen
 from slurm_triage.slurm.errors import (
@@ -31,6 +31,14 @@ from slurm_triage.slurm.errors import (
 
 if TYPE_CHECKING:
     import tenacity
+
+T = TypeVar("T")
+
+# Slurm's clients print times as SLURM_TIME_FORMAT says (an admin's profile may set
+# `relative`, "5 Jan 10:00", or a strftime format: src/common/parse_time.c
+# slurm_make_time_str), and the door's parsers read `standard`, ISO local time, every
+# release's default. So every command gets it, whatever the caller's environment holds.
+PINNED_ENV = {"SLURM_TIME_FORMAT": "standard"}
 
 # stderr text of Slurm 22.05+ clients mapped to our error classes; first match wins.
 _ERROR_PATTERNS: tuple[
@@ -98,14 +106,30 @@ class Runner:
 
     def run(self, argv: Sequence[str], *, check: bool = True) -> CommandResult:
         """Run argv; raise our error class on failure, SlurmTimeout past the deadline."""
+        return self._run(argv, check, _result)
+
+    def read(self, argv: Sequence[str], parse: Callable[[str], T]) -> T:
+        """Run argv and parse its stdout within the same attempt, so a document that
+        reports the command's own failure with exit status 0 (22.05's `sinfo --json`: the
+        parser raises SlurmUnavailable) is retried as a non-zero exit would be."""
+        return self._run(argv, True, lambda result: parse(result.stdout))
+
+    def child_env(self) -> dict[str, str]:
+        """The environment of each command: `env` (None: this process's) with PINNED_ENV."""
+        return {**(self.env if self.env is not None else os.environ), **PINNED_ENV}
+
+    def _run(self, argv: Sequence[str], check: bool, then: Callable[[CommandResult], T]) -> T:
         deadline = self.clock() + self.timeout_s
         command = [self.resolve(argv[0]), *argv[1:]]
 
         def remaining() -> float:
             return deadline - self.clock()
 
+        def once() -> T:
+            return then(self._attempt(command, remaining, check))
+
         try:
-            return self._attempt(command, remaining, check)
+            return once()
         except SlurmUnavailable as exc:
             if self.attempts <= 1:
                 raise
@@ -115,12 +139,12 @@ class Runner:
         # to it as its attempt 1, so waits and bounds are the same as retrying from the start.
         import tenacity
 
-        def attempt() -> CommandResult:
+        def attempt() -> T:
             nonlocal first_failure
             if first_failure is not None:
                 failed, first_failure = first_failure, None
                 raise failed
-            return self._attempt(command, remaining, check)
+            return once()
 
         def wait(state: tenacity.RetryCallState) -> float:
             backoff = self.retry_wait_s * (2 ** (state.attempt_number - 1))
@@ -141,7 +165,7 @@ class Runner:
         budget = remaining()
         if budget <= 0:
             raise SlurmTimeout(f"{_show(command)}: no time left within {self.timeout_s:g}s")
-        result = run_bounded(command, budget, self.env)
+        result = run_bounded(command, budget, self.child_env())
         if result is None:
             raise SlurmTimeout(
                 f"{_show(command)} did not finish within {self.timeout_s:g}s and was killed"
@@ -149,6 +173,10 @@ class Runner:
         if check and result.returncode != 0:
             raise classify_failure(result)
         return result
+
+
+def _result(result: CommandResult) -> CommandResult:
+    return result
 
 
 def _show(command: Sequence[str]) -> str:

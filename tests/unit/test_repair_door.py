@@ -9,6 +9,7 @@ of slurm-22-05-8-1 (a Watts= field, no AllowedPartitions line) and slurm-25-11-7
 
 from __future__ import annotations
 
+import enum
 import json
 import shlex
 from datetime import datetime
@@ -357,8 +358,12 @@ def test_reservations_are_read_with_standard_times(tmp_path: Path) -> None:
 # -- pyslurm ------------------------------------------------------------------------------
 
 
-class _Flag(SimpleNamespace):
-    pass
+class _ReservationFlags(enum.Flag):
+    """Members of pyslurm 25.11's ReservationFlags (core/reservation.pyx), slurm.h's bits."""
+
+    MAINTENANCE = 1 << 0  # RESERVE_FLAG_MAINT
+    IGNORE_RUNNING_JOBS = 1 << 6  # RESERVE_FLAG_IGN_JOBS
+    SPECIFIC_NODES = 1 << 15  # RESERVE_FLAG_SPEC_NODES
 
 
 def test_pyslurm_reservation_and_node_fields() -> None:
@@ -370,11 +375,9 @@ def test_pyslurm_reservation_and_node_fields() -> None:
         start_time=100,
         end_time=200,
         users=["slurmtriage"],
-        flags=[
-            _Flag(name="MAINTENANCE"),
-            _Flag(name="IGNORE_RUNNING_JOBS"),
-            _Flag(name="SPECIFIC_NODES"),
-        ],
+        flags=_ReservationFlags.MAINTENANCE
+        | _ReservationFlags.IGNORE_RUNNING_JOBS
+        | _ReservationFlags.SPECIFIC_NODES,
     )
     resv = _reservation(raw)
     assert resv.flags == {"MAINT", "IGNORE_JOBS", "SPEC_NODES"}
