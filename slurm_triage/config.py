@@ -145,7 +145,8 @@ class HealthConfig(Frozen):
     # resume nothing); set policy.act = false instead. `config check` warns while it is set.
     drain: bool = True
     # Circuit breaker: stop draining for a check that already drained more than this share
-    # of the cluster's nodes (and at least breaker_min_nodes) within breaker_window_s.
+    # of the cluster's nodes (and at least breaker_min_nodes) within breaker_window_s; also
+    # for a failed job's post-job check (its Epilog, and the decision's drain and exclusion).
     breaker_max_share: float = field(default=0.1, metadata=_range(0, 1))
     breaker_min_nodes: int = field(default=2, metadata=_range(0, 100000))
     breaker_window_s: float = field(default=900.0, metadata=_range(1, 86400 * 7))

@@ -10,9 +10,10 @@ on every node at once drains nothing. Pure: the cluster's nodes and the time are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from slurm_triage.config import HealthConfig
+from slurm_triage.frozen import replace
 from slurm_triage.policies.reasons import DRAIN_PREFIX
 from slurm_triage.slurm.model import NodeInfo
 
@@ -66,3 +67,21 @@ def breaker_reason(
             f"{window:g}s (limit {limit:g}): suspected check or fabric fault, not draining"
         )
     return ""
+
+
+def shared_fault_reason(
+    check: str,
+    blamed: Collection[str],
+    cluster: Sequence[NodeInfo],
+    config: HealthConfig,
+    now: float,
+) -> str:
+    """breaker_reason for one job end that blames `blamed` on a failed `check` (the post-job
+    checks of their Epilogs): each of them counts as failing now, with the cluster's other
+    nodes drained for or marked failing the same check. A shared filesystem hanging under a
+    512-node job fails its mount check on all 512: the mount is at fault, not 512 nodes."""
+    if not blamed or not cluster:
+        return ""
+    failing = failing_mark(check, now)
+    marked = [replace(n, comment=failing) if n.name in blamed else n for n in cluster]
+    return breaker_reason(check, next(iter(blamed)), marked, config, now)

@@ -85,6 +85,10 @@ class PolicyInput(Frozen):
     now: float
     lemons: tuple[str, ...] = ()  # nodes of this job whose history makes them lemons
     lemon_reasons: dict[str, str] = field(default_factory=dict)
+    # Why the blamed nodes' failed check is a shared fault (the circuit breaker of health
+    # drains, policies.breaker.shared_fault_reason): then they are neither drained nor
+    # excluded. "" when not.
+    shared_fault: str = ""
 
 
 class Decision(Frozen):

@@ -201,7 +201,9 @@ def drains(config: PolicyConfig) -> Policy:
 
     def step(g: PolicyInput, d: Decision) -> Decision:
         drain: list[str] = []
-        if g.blamed and drains_blamed_nodes(config, g.cause, g.root_backed):
+        if g.blamed and g.shared_fault and drains_blamed_nodes(config, g.cause, g.root_backed):
+            d = d.but(f"not draining {','.join(g.blamed)}: {g.shared_fault}")
+        elif g.blamed and drains_blamed_nodes(config, g.cause, g.root_backed):
             drain += list(g.blamed)
             d = d.but(f"drain {','.join(g.blamed)}: root-collected evidence of {g.cause.value}")
         elif g.blamed and g.cause.value in config.drain_causes:
@@ -217,10 +219,23 @@ def drains(config: PolicyConfig) -> Policy:
     return Policy("drains", step)
 
 
+def shared_fault(config: PolicyConfig) -> Policy:
+    """Exclude no node for a fault the circuit breaker calls shared (a check failing on
+    more than its share of the cluster at once): the next nodes would fail it as well."""
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        if not (g.shared_fault and d.exclude):
+            return d
+        return d.but(f"not excluding {','.join(d.exclude)}: {g.shared_fault}", exclude=())
+
+    return Policy("shared_fault", step)
+
+
 def default_chain(config: PolicyConfig) -> Policy:
     return (
         cause_defaults(config)
         | eligibility(config)
+        | shared_fault(config)
         | required_nodes(config)
         | requeue_budget(config)
         | backoff(config)

@@ -70,6 +70,8 @@ class Judged(Frozen):
     # Lemon nodes are drained with their own reason (`triage: lemon job=N: ...`), which the
     # health check never resumes: a lemon returns only through burn-in or a person.
     lemon_drain_reasons: Mapping[str, str] = field(default_factory=dict)
+    # A shared fault (the circuit breaker's reason) counts against no node's history.
+    shared_fault: str = ""
 
 
 def attribute_end(run: EndedRun, gathered: Gathered) -> Attribution:
@@ -81,8 +83,13 @@ def attribute_end(run: EndedRun, gathered: Gathered) -> Attribution:
     return found
 
 
-def blamed_events(end: JobEnd, attribution: Attribution, now: float) -> list[NodeEvent]:
-    """This job end's `blamed` events, as recorded in the journal and judged for lemons."""
+def blamed_events(
+    end: JobEnd, attribution: Attribution, now: float, shared_fault: str = ""
+) -> list[NodeEvent]:
+    """This job end's `blamed` events, as recorded in the journal and judged for lemons;
+    none for a shared fault (a mount hanging under every node is no node's history)."""
+    if shared_fault:
+        return []
     multi = len(end.nodes) > 1
     xids = {
         f.node: f.xid
@@ -99,7 +106,7 @@ def judge(
     config: Config, run: EndedRun, attribution: Attribution, context: Context, now: float
 ) -> Judged:
     """Lemons among this job's nodes, then the policy chain (pure)."""
-    current = blamed_events(run.end, attribution, now)
+    current = blamed_events(run.end, attribution, now, context.shared_fault)
     signals = node_signals([*context.node_events, *current], config.policy)
     lemons = {n: "; ".join(s.reasons) for n, s in signals.items() if s.lemon and n in run.end.nodes}
     given = PolicyInput(
@@ -112,11 +119,12 @@ def judge(
         now=now,
         lemons=tuple(lemons),
         lemon_reasons=lemons,
+        shared_fault=context.shared_fault,
     )
     decision = default_chain(config.policy)(given)
     reason = job_drain_reason(attribution.cause.value, run.end.job_id, attribution.reason)
     lemon_reasons = {n: lemon_reason(run.end.job_id, why) for n, why in lemons.items()}
-    return Judged(attribution, decision, reason, lemon_reasons)
+    return Judged(attribution, decision, reason, lemon_reasons, context.shared_fault)
 
 
 def act(
@@ -185,7 +193,7 @@ def node_events(
     records what it would have excluded and drained, as if acting."""
     multi = len(end.nodes) > 1
     cause, decision = judged.attribution.cause.value, judged.decision
-    events = blamed_events(end, judged.attribution, now)
+    events = blamed_events(end, judged.attribution, now, judged.shared_fault)
     events += [
         NodeEvent(n, end.job_id, now, "excluded", None, None, multi)
         for n in applied.excluded or (decision.exclude if applied.dry_run else ())

@@ -14,12 +14,15 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from slurm_triage.attribution import attribute, job_window
+from slurm_triage.clock import SYSTEM_CLOCK, Clock
 from slurm_triage.config import Config, node_path
 from slurm_triage.evidence import (
     EvidenceRecord,
     Fact,
+    HealthCheck,
     KernelEvent,
     NvmlCondition,
     NvmlFact,
@@ -36,6 +39,9 @@ from slurm_triage.observe import hooks as observe
 from slurm_triage.policies.rules import drains_blamed_nodes
 from slurm_triage.prolog_epilog.job_end import SLURM_ENV, JobEnd
 from slurm_triage.taxonomy import Cause
+
+if TYPE_CHECKING:
+    from slurm_triage.slurm import SlurmDoor
 
 
 def nvml_facts(config: Config, node: str, now: float) -> list[Fact]:
@@ -163,6 +169,51 @@ def node_fault(config: Config, end: JobEnd, record: EvidenceRecord, now: float) 
     return None
 
 
+def breaker_holds(
+    config: Config,
+    end: JobEnd,
+    record: EvidenceRecord,
+    fault: Cause,
+    door: SlurmDoor | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> str:
+    """The circuit breaker's reason not to drain this node for `fault` when a post-job
+    check found it (a mount hanging under every node of a 512-node job fails on all of
+    them at once), as the health path's breaker: the node marks the failure in its Slurm
+    node Comment, settles `health.breaker_settle_s` so the job's other nodes mark theirs,
+    and counts the cluster's nodes failing the same check. '' for a fault no check found
+    (an XID is this node's own) and when Slurm cannot be read (drained as before)."""
+    checks = sorted(
+        {
+            f.check
+            for f in record.facts
+            if isinstance(f, HealthCheck)
+            and f.status is CheckStatus.FAIL
+            and f.cause is fault
+            and f.node in (None, end.node)
+        }
+    )
+    if not checks:
+        return ""
+    from slurm_triage.actuator import mark_failing
+    from slurm_triage.policies.breaker import breaker_reason
+    from slurm_triage.slurm import SlurmError, open_door
+
+    try:
+        door = door or open_door(config.slurm)
+        now = clock.time()
+        mark_failing(door, end.node, checks[0], now)
+        clock.sleep(config.health.breaker_settle_s)
+        cluster = door.nodes()
+    except SlurmError as exc:
+        get_logger(job_id=end.job_id, node=end.node).warning(
+            "epilog_breaker_unread", error=str(exc)[:200]
+        )
+        return ""
+    reasons = (breaker_reason(c, end.node, cluster, config.health, now) for c in checks)
+    return next((why for why in reasons if why), "")
+
+
 def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
     """Collect and write this node's root record; then decide if this node must. Exits
     NODE_FAULT_EXIT when this node must be drained now (`node_fault`), else 0."""
@@ -190,6 +241,9 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
     except Exception as exc:  # our bug must not drain the node
         log.error("epilog_node_fault_unjudged", error=f"{type(exc).__name__}: {exc}")
         return 0
+    if fault is not None and (held := breaker_holds(config, end, record, fault)):
+        log.warning("epilog_node_fault_breaker_open", cause=fault.value, reason=held)
+        fault = None  # the decision finds the same shared fault and drains nothing either
     observe.after_epilog(config, end.node, fault)  # the node's metrics
     if fault is None:
         return 0

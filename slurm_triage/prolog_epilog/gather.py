@@ -6,23 +6,33 @@ see it, its earlier decisions, the blamed nodes' recent history). Judging is pur
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from slurm_triage.attribution import Attribution, decode_tail, scan_lines
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
-from slurm_triage.evidence import Fact, ProcessExit, SlurmState, Source, store
+from slurm_triage.evidence import (
+    CheckStatus,
+    Fact,
+    HealthCheck,
+    ProcessExit,
+    SlurmState,
+    Source,
+    store,
+)
 from slurm_triage.frozen import Frozen
 from slurm_triage.journal import Journal, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.policies import JobView, PastDecision
 from slurm_triage.policies import family as cause_family
+from slurm_triage.policies.breaker import shared_fault_reason
 from slurm_triage.policies.lemons import since_return
 from slurm_triage.policies.lifecycle import FRESH_START
+from slurm_triage.policies.rules import drains_blamed_nodes
 from slurm_triage.prolog_epilog.ended_run import EndedRun
 from slurm_triage.prolog_epilog.job_end import JobEnd, slurm_env
-from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError
+from slurm_triage.slurm import JobInfo, NodeInfo, SlurmDoor, SlurmError
 from slurm_triage.taxonomy import Action, Domain, info, parse_cause
 
 OUTPUT_TAIL_BYTES = 1 << 20
@@ -153,6 +163,9 @@ class Context(Frozen):
     # The journal's node events within the lemon window, each node's since it last came
     # back from repair; read only when this end blames nodes (only then can a lemon be found).
     node_events: tuple[NodeEvent, ...] = ()
+    # The circuit breaker's reason when the blamed nodes' failed check is a shared fault
+    # (policies.breaker.shared_fault_reason); "" when not.
+    shared_fault: str = ""
 
 
 def gather_context(
@@ -190,32 +203,60 @@ def gather_context(
     may_exclude = bool(attribution.nodes) and (
         info(attribution.cause).action is Action.REQUEUE_EXCLUDE
     )
-    view = job_view(door, run.job, env, needs_nodes=may_exclude, allocation=run.end.nodes)
-    return Context(view, tuple(history), earlier, events)
+    checks = failed_checks(attribution)
+    drains = drains_blamed_nodes(config.policy, attribution.cause, attribution.root_backed)
+    # The cluster's nodes (a cluster-wide sinfo) only when nodes may be excluded (the
+    # must-fit rule) or drained for a failed check (the circuit breaker).
+    cluster = read_cluster(door) if may_exclude or (checks and drains) else ()
+    view = job_view(run.job, env, cluster=cluster, allocation=run.end.nodes)
+    shared = ""
+    if checks and drains and cluster:
+        blamed, health = attribution.nodes, config.health
+        reasons = (shared_fault_reason(c, blamed, cluster, health, now) for c in checks)
+        shared = next((why for why in reasons if why), "")
+    return Context(view, tuple(history), earlier, events, shared)
+
+
+def failed_checks(attribution: Attribution) -> tuple[str, ...]:
+    """The health checks whose failure on the blamed nodes is this end's cause (a post-job
+    check in their Epilogs: fs.mounts, ib.ports, ...)."""
+    found = {
+        f.check
+        for f in attribution.evidence
+        if isinstance(f, HealthCheck)
+        and f.status is CheckStatus.FAIL
+        and f.cause is attribution.cause
+        and f.node in attribution.nodes
+    }
+    return tuple(sorted(found))
+
+
+def read_cluster(door: SlurmDoor) -> tuple[NodeInfo, ...] | None:
+    """Every node (a cluster-wide sinfo); None when Slurm could not be asked."""
+    try:
+        return door.nodes()
+    except SlurmError:
+        return None
 
 
 def job_view(
-    door: SlurmDoor,
     job: JobInfo,
     env: Mapping[str, str],
     *,
-    needs_nodes: bool,
+    cluster: Sequence[NodeInfo] | None,
     allocation: tuple[str, ...] = (),
 ) -> JobView:
-    """The job as the policies see it. The partition's usable nodes (a cluster-wide sinfo)
-    are read only when `needs_nodes`: when nothing can be excluded the must-fit rule has no
-    use for them. `allocation`: the run's nodes as EpilogSlurmctld was told them
-    (SLURM_JOB_NODELIST), the whole allocation whatever slurmctld shows by then."""
-    usable: tuple[str, ...] | None = ()
-    try:
-        if needs_nodes:
-            usable = tuple(
-                n.name
-                for n in door.nodes()
-                if job.partition in n.partitions and n.responding and not n.drained
-            )
-    except SlurmError:
-        usable = None  # unknown, not empty: the must-fit rule keeps the exclusion
+    """The job as the policies see it. `cluster`: the nodes read for it (read_cluster; ()
+    when nothing can be excluded, so the must-fit rule has no use for them; None when
+    Slurm could not be read). `allocation`: the run's nodes as EpilogSlurmctld was told
+    them (SLURM_JOB_NODELIST), the whole allocation whatever slurmctld shows by then."""
+    usable: tuple[str, ...] | None = None  # unknown, not empty: must_fit keeps the exclusion
+    if cluster is not None:
+        usable = tuple(
+            n.name
+            for n in cluster
+            if job.partition in n.partitions and n.responding and not n.drained
+        )
     return JobView(
         job_id=job.job_id,
         user=job.user,

@@ -18,7 +18,7 @@ from slurm_triage.policies import (
     policy,
     rules,
 )
-from slurm_triage.prolog_epilog.gather import job_view
+from slurm_triage.prolog_epilog.gather import job_view, read_cluster
 from slurm_triage.slurm import SlurmUnavailable
 from slurm_triage.taxonomy import Cause, Domain, info
 from slurm_triage.testing import FakeDoor, job_info, node_infos
@@ -209,17 +209,17 @@ def test_an_unreadable_partition_keeps_the_exclusion() -> None:
 
 
 def test_a_failed_sinfo_reads_as_an_unknown_partition_not_an_empty_one() -> None:
-    """gather.job_view: the door's node read failing gives None (unknown), where it gave ()
-    and the must-fit rule dropped the exclusion of the node that had just failed."""
+    """gather: the door's node read failing gives None (unknown), where it gave () and the
+    must-fit rule dropped the exclusion of the node that had just failed."""
     door = FakeDoor([job_info(7, nodes=("node1", "node2"))], node_infos(8))
     door.fail("nodes", SlurmUnavailable("sinfo: Socket timed out on send/recv operation"))
-    view = job_view(door, door.job(7), {}, needs_nodes=True, allocation=("node1", "node2"))
+    cluster = read_cluster(door)
+    assert cluster is None
+    view = job_view(door.job(7), {}, cluster=cluster, allocation=("node1", "node2"))
     assert view.usable_partition_nodes is None
     healthy = FakeDoor([job_info(7, nodes=("node1", "node2"))], node_infos(8))
-    assert (
-        len(job_view(healthy, healthy.job(7), {}, needs_nodes=True).usable_partition_nodes or ())
-        == 8
-    )
+    view = job_view(healthy.job(7), {}, cluster=read_cluster(healthy))
+    assert len(view.usable_partition_nodes or ()) == 8
 
 
 def test_users_own_exclusions_count_for_fit() -> None:
