@@ -111,6 +111,7 @@ def carry_out(
     restarted_by_slurm: bool = False,
     earlier: tuple[str, ...] = (),
     lemon_drain_reasons: Mapping[str, str] | None = None,
+    own_drain_reasons: Mapping[str, str] | None = None,
 ) -> Applied:
     """Act on the decision; `already_requeued` when Slurm requeued the job itself (its
     Prolog failed, or an expedited requeue), so only the exclusions, drains and summary
@@ -122,7 +123,9 @@ def carry_out(
     away. `earlier`: the job's earlier runs' ends ("gpu_unavailable on node2"), for the
     AdminComment of a clean end after requeues. `lemon_drain_reasons`: the lemon nodes
     among the drains, each with its own reason; a lemon drained already for an earlier
-    fault of ours is relabelled, so a passing health check cannot resume it."""
+    fault of ours is relabelled, so a passing health check cannot resume it.
+    `own_drain_reasons`: the drains for a node's own fault, not the job's cause, each with
+    its reason (Slurm's `Epilog error` drain of such a node is relabelled with it)."""
     log = get_logger(job_id=job_id)
     if dry_run:
         log.info(
@@ -161,7 +164,9 @@ def carry_out(
         held = held or (held_by_slurm and decision.verdict is Verdict.HOLD)
     elif held_by_slurm:
         _step(errors, "cancel", lambda: door.cancel(job_id))
-    drained, skipped = _drain(door, decision.drain, drain_reason, lemon_drain_reasons or {}, errors)
+    reasons = {**(own_drain_reasons or {}), **(lemon_drain_reasons or {})}
+    lemons = frozenset(lemon_drain_reasons or ())
+    drained, skipped = _drain(door, decision.drain, drain_reason, reasons, lemons, errors)
     # Clean ends are the large majority and need no note, unless this run came after
     # requeues: the AdminComment then still shows the last failure's, so it tells the story.
     if cause != "completed" or earlier:
@@ -231,20 +236,20 @@ def _drain(
     door: SlurmDoor,
     nodes: tuple[str, ...],
     reason: str,
-    lemon_reasons: Mapping[str, str],
+    node_reasons: Mapping[str, str],
+    lemons: frozenset[str],
     errors: list[str],
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     drained, skipped = [], []
     for node in nodes:
         try:
             current = door.node(node)
-            lemon = node in lemon_reasons
             if not may_replace_drain(current.drained, current.reason) and not (
-                lemon and _relabel_as_lemon(current.reason)
+                node in lemons and _relabel_as_lemon(current.reason)
             ):
                 skipped.append(node)  # ours already, or an admin's: leave it as it is
                 continue
-            door.drain(node, lemon_reasons[node] if lemon else reason)
+            door.drain(node, node_reasons.get(node, reason))
             drained.append(node)
         except Exception as exc:
             errors.append(f"drain {node}: {_describe(exc)}")

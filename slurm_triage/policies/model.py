@@ -89,6 +89,9 @@ class PolicyInput(Frozen):
     # drains, policies.breaker.shared_fault_reason): then they are neither drained nor
     # excluded. "" when not.
     shared_fault: str = ""
+    # Nodes of this job, not blamed for its cause, whose own root-collected evidence is a
+    # drain cause (node -> cause), as their Epilogs judged them (epilog.node_fault).
+    own_faults: dict[str, str] = field(default_factory=dict)
 
 
 class Decision(Frozen):

@@ -208,6 +208,12 @@ def drains(config: PolicyConfig) -> Policy:
             d = d.but(f"drain {','.join(g.blamed)}: root-collected evidence of {g.cause.value}")
         elif g.blamed and g.cause.value in config.drain_causes:
             d = d.but(f"not draining {','.join(g.blamed)}: only the job's own evidence")
+        for node, cause in sorted(g.own_faults.items()):
+            # Its Epilog judged it alone and asked Slurm to drain it (`Epilog error`): the
+            # job's winning cause is another node's, but this fault is no less real.
+            if node not in drain and not g.shared_fault:
+                drain.append(node)
+                d = d.but(f"drain {node}: its own root-collected evidence of {cause}")
         for node in g.lemons:
             # Said even when the node is drained for this cause: the history is why it
             # should not simply come back after a reset.

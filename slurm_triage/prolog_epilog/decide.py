@@ -72,6 +72,8 @@ class Judged(Frozen):
     lemon_drain_reasons: Mapping[str, str] = field(default_factory=dict)
     # A shared fault (the circuit breaker's reason) counts against no node's history.
     shared_fault: str = ""
+    # The drains for a node's own fault, not the job's cause, each with its reason.
+    own_drain_reasons: Mapping[str, str] = field(default_factory=dict)
 
 
 def attribute_end(run: EndedRun, gathered: Gathered) -> Attribution:
@@ -120,11 +122,20 @@ def judge(
         lemons=tuple(lemons),
         lemon_reasons=lemons,
         shared_fault=context.shared_fault,
+        own_faults=context.own_faults,
     )
     decision = default_chain(config.policy)(given)
     reason = job_drain_reason(attribution.cause.value, run.end.job_id, attribution.reason)
     lemon_reasons = {n: lemon_reason(run.end.job_id, why) for n, why in lemons.items()}
-    return Judged(attribution, decision, reason, lemon_reasons, context.shared_fault)
+    own_reasons = {
+        n: job_drain_reason(
+            cause,
+            run.end.job_id,
+            f"its own root evidence (the job ended of {attribution.cause.value} elsewhere)",
+        )
+        for n, cause in context.own_faults.items()
+    }
+    return Judged(attribution, decision, reason, lemon_reasons, context.shared_fault, own_reasons)
 
 
 def act(
@@ -140,6 +151,7 @@ def act(
         restart=run.end.restart,
         drain_reason=judged.drain_reason,
         lemon_drain_reasons=judged.lemon_drain_reasons,
+        own_drain_reasons=judged.own_drain_reasons,
         dry_run=not config.policy.act,
         already_requeued=run.requeued_by_slurm,
         held_by_slurm=run.held_by_slurm,
@@ -178,7 +190,9 @@ def decide(
         log.warning("decision_evidence_limited", notes=list(gathered.notes))
     attribution = attribute_end(run, gathered)
     decided_at = clock.time()
-    context = gather_context(config, door, journal, run, attribution, env, decided_at)
+    context = gather_context(
+        config, door, journal, run, attribution, env, decided_at, gathered.facts
+    )
     # judge, act, record
     judged = judge(config, run, attribution, context, decided_at)
     applied = act(config, door, run, judged, context)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from slurm_triage.attribution import Attribution, decode_tail, scan_lines
+from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, scan_lines
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
 from slurm_triage.evidence import (
@@ -21,7 +21,7 @@ from slurm_triage.evidence import (
     Source,
     store,
 )
-from slurm_triage.frozen import Frozen
+from slurm_triage.frozen import Frozen, field
 from slurm_triage.journal import Journal, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.policies import JobView, PastDecision
@@ -166,6 +166,8 @@ class Context(Frozen):
     # The circuit breaker's reason when the blamed nodes' failed check is a shared fault
     # (policies.breaker.shared_fault_reason); "" when not.
     shared_fault: str = ""
+    # Other nodes' own drain-cause faults (own_faults): node -> cause.
+    own_faults: dict[str, str] = field(default_factory=dict)
 
 
 def gather_context(
@@ -176,9 +178,11 @@ def gather_context(
     attribution: Attribution,
     env: Mapping[str, str],
     now: float,
+    facts: Sequence[Fact] = (),
 ) -> Context:
     """The job view (the partition's nodes read only when nodes may be excluded), the job's
-    earlier decisions, and the recent node events when nodes are blamed."""
+    earlier decisions, the recent node events when nodes are blamed, and the faults that the
+    job's other nodes' own root evidence shows (`facts`: this end's)."""
     end = run.end
     rows = sorted(
         (r for r in journal.decisions(job_id=end.job_id) if r.restart < end.restart and r.cause),
@@ -214,7 +218,34 @@ def gather_context(
         blamed, health = attribution.nodes, config.health
         reasons = (shared_fault_reason(c, blamed, cluster, health, now) for c in checks)
         shared = next((why for why in reasons if why), "")
-    return Context(view, tuple(history), earlier, events, shared)
+    own = {} if shared else own_faults(config, run, attribution, facts)
+    return Context(view, tuple(history), earlier, events, shared, own)
+
+
+def own_faults(
+    config: Config, run: EndedRun, attribution: Attribution, facts: Sequence[Fact]
+) -> dict[str, str]:
+    """The job's nodes not blamed for its cause whose own root evidence would drain them,
+    judged node by node as their Epilogs judge it (epilog.node_fault): a row remap failing
+    on node2 while node1's XID 79 ended the job. Slurm drained them already when their
+    Epilog failed (`Epilog error`); the decision drains them with their own reason."""
+    if not run.end.failed:
+        return {}
+    suspects: dict[str, list[Fact]] = {}
+    for f in facts:
+        if f.source is Source.ROOT and f.node and f.node not in attribution.nodes:
+            suspects.setdefault(f.node, []).append(f)
+    window = job_window(run.end.ended_at)
+    found: dict[str, str] = {}
+    for node, theirs in suspects.items():
+        if all(isinstance(f, HealthCheck) and f.status is not CheckStatus.FAIL for f in theirs):
+            continue  # passing checks only: nothing to judge (most nodes of a large job)
+        alone = attribute(theirs, window=window)
+        if node in alone.nodes and drains_blamed_nodes(
+            config.policy, alone.cause, alone.root_backed
+        ):
+            found[node] = alone.cause.value
+    return found
 
 
 def failed_checks(attribution: Attribution) -> tuple[str, ...]:

@@ -16,8 +16,10 @@ import pytest
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config, DecisionConfig, PathsConfig, PolicyConfig, SlurmConfig
 from slurm_triage.evidence import (
+    CheckStatus,
     EvidenceRecord,
     Fact,
+    HealthCheck,
     KernelEvent,
     KernelEventKind,
     LogHit,
@@ -484,6 +486,33 @@ def test_a_lemon_back_from_repair_starts_its_history_again(cluster: Cluster) -> 
     again = cluster.end(restart=1)
     assert again.decision.drain == ("node2",), again.decision.reasons
     assert not any("lemon" in r for r in again.decision.reasons)
+
+
+def test_another_nodes_own_fault_is_drained_with_its_own_reason(cluster: Cluster) -> None:
+    """node1's XID 79 ends the job; node2's post-job row remap check failed too, so its
+    Epilog failed and Slurm drained it `Epilog error`. The decision relabels node2 with its
+    own cause (the lifecycle would otherwise read an admin's drain and never repair it) and
+    blames, excludes and counts node1 only."""
+    cluster.root_record("node1", xid79("node1"))
+    remap = HealthCheck(
+        node="node2",
+        time=time.time() - 1,
+        source=Source.ROOT,
+        check="gpu.row_remap",
+        status=CheckStatus.FAIL,
+        reason="GPU 3: row remapping pending",
+        cause=Cause.GPU_MEMORY,
+    )
+    cluster.root_record("node2", remap)
+    cluster.door.fail_epilog("node2")
+    outcome = cluster.end()
+    assert outcome.attribution.nodes == ("node1",)
+    assert outcome.decision.exclude == ("node1",)
+    assert set(outcome.decision.drain) == {"node1", "node2"}
+    reason = cluster.door.node("node2").reason
+    assert reason.startswith("triage: gpu_memory job=7: its own root evidence"), reason
+    assert cluster.door.node("node1").reason.startswith("triage: gpu_unavailable job=7")
+    assert cluster.events("node2") == ["drained"]  # drained, not blamed for the job
 
 
 def test_no_exclusion_after_a_failed_requeue(cluster: Cluster) -> None:
