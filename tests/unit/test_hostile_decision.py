@@ -12,6 +12,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from slurm_triage import actuator
 from slurm_triage.attribution import attribute
 from slurm_triage.evidence import (
@@ -118,6 +120,24 @@ def test_user_records_stop_at_the_fact_budget_and_the_deadline(job_dir: Path) ->
     late = store.RecordBudget(deadline=time.monotonic() - 1)
     by_time = store.read_user_records(str(job_dir.parent), 77, USER, budget=late)
     assert by_time.records == () and "deadline" in by_time.over_budget
+
+
+def test_a_directory_of_too_many_entries_is_not_listed_whole(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user controls how many entries the job's directory holds: past the listing cap
+    nothing more is listed, and the records count as over budget (root evidence decides)."""
+    from slurm_triage.evidence.store import user_records
+
+    for task in range(6):
+        _record(job_dir, "node1", task, 1)
+    for n in range(20):
+        (job_dir / f"junk{n}").touch()
+    monkeypatch.setattr(user_records, "MAX_LISTED", 10)
+    result = store.read_user_records(str(job_dir.parent), 77, USER)
+    assert result.records == () and "entries" in result.over_budget
+    monkeypatch.setattr(user_records, "MAX_LISTED", 100)
+    assert len(store.read_user_records(str(job_dir.parent), 77, USER).records) == 6
 
 
 class _BrokenDoor:
