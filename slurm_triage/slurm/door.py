@@ -65,7 +65,10 @@ class SlurmDoor(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self, job_id: int) -> None:
-        """Cancel a job (`scancel`): pending, it never starts; running, it is ended."""
+        """Cancel a job (`scancel`): pending, it never starts; running, it is ended. A job
+        that already ended, or that slurmctld no longer knows, is no error: scancel exits 0
+        for both when it sends SIGKILL (scancel.c, 22.05 and 25.11), and every door does
+        the same."""
 
     @abc.abstractmethod
     def set_excluded_nodes(

@@ -215,12 +215,16 @@ class PyslurmDoor(SlurmDoor):
 
     def cancel(self, job_id: int) -> None:
         def cancel() -> None:
-            # pyslurm's cancel (SIGKILL, as scancel) passes over a job that already ended,
-            # and over an unknown one too: that one is JobNotFound here, as with scancel.
+            # pyslurm's cancel (SIGKILL, as scancel) passes over a job that already ended;
+            # an unknown one fails its load, and scancel exits 0 for it too (scancel.c).
             self._ps.Job.load(job_id)
             self._ps.Job(job_id).cancel()
 
-        self._call("cancel", cancel)
+        try:
+            self._call("cancel", cancel)
+        except JobNotFound:
+            log.info("job_cancel_unknown", job_id=job_id)
+            return
         log.info("job_cancelled", job_id=job_id)
 
     def set_excluded_nodes(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import json
 import shlex
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -296,3 +297,24 @@ def test_a_resize_is_no_restart(flags: str) -> None:
         ("RUNNING", "node4", "1"),
     )
     assert parse_sacct_job(requeued, 21).restart_count == 2
+
+
+# -- S6: cancelling an ended or unknown job ---------------------------------------------------
+
+
+def test_every_door_cancels_an_ended_or_unknown_job_without_error() -> None:
+    """scancel exits 0 for a job that already ended or that slurmctld no longer knows when it
+    sends SIGKILL (scancel.c, 22.05 and 25.11): the pyslurm door and the FakeDoor do the same
+    (they raised JobNotFound and InvalidJobState)."""
+    from slurm_triage.testing import FakeDoor, job_info
+
+    fake = FakeDoor([replace(job_info(7), state=JobState.FAILED)])
+    fake.cancel(7)
+    fake.cancel(999)
+    assert fake.jobs[7].state is JobState.FAILED
+
+    def unknown(job_id: int) -> None:
+        raise RuntimeError(f"Failed to load job {job_id}: Invalid job id specified")
+
+    ps = SimpleNamespace(Job=SimpleNamespace(load=unknown))
+    PyslurmDoor(ps, cli=None, timeout_s=5, attempts=1).cancel(999)
