@@ -101,8 +101,7 @@ def _faults_nodes(cause: str) -> bool:
 
 
 def _lemons(args: argparse.Namespace, context: Any) -> int:
-    from slurm_triage.policies.lemons import node_signals, since_return
-    from slurm_triage.policies.lifecycle import FRESH_START
+    from slurm_triage.policies.lemons import FRESH_START, node_signals, since_return
 
     config = context.config()
     since = time.time() - config.policy.lemon_window_days * 86400

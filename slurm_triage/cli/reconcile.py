@@ -25,9 +25,8 @@ from slurm_triage.journal import Journal
 from slurm_triage.journal.records import LifecycleEvent, NodeEvent
 from slurm_triage.logs import get_logger
 from slurm_triage.policies.drain_words import read_reason
-from slurm_triage.policies.lemons import NodeSignals, node_signals, since_return
+from slurm_triage.policies.lemons import FRESH_START, NodeSignals, node_signals, since_return
 from slurm_triage.policies.lifecycle import (
-    FRESH_START,
     BurnIn,
     LifecycleAction,
     LifecycleDecision,

@@ -17,8 +17,8 @@ from slurm_triage.config import Config
 from slurm_triage.journal import Journal
 from slurm_triage.journal.records import DecisionTotal
 from slurm_triage.observe.exposition import Family, Histogram, Kind, Spec
-from slurm_triage.policies.lemons import node_signals, since_return
-from slurm_triage.policies.lifecycle import FRESH_START, NodeLifecycle
+from slurm_triage.policies.lemons import FRESH_START, node_signals, since_return
+from slurm_triage.policies.lifecycle import NodeLifecycle
 
 # Seconds from a job's end to our requeue of it: sub-second when all is well (README's
 # bench: 0.7 s), tens of seconds when the decision waited for a slow node's evidence.

@@ -39,9 +39,14 @@ class NodeSignals(Frozen):
         }
 
 
+# The lifecycle steps (policies.lifecycle.LifecycleAction values, which import this module)
+# after which a node's lemon history starts again: its burn-in passed, or a person released it.
+FRESH_START = frozenset({"return_to_service", "release"})
+
+
 def since_return(events: Iterable[NodeEvent], returned: Mapping[str, float]) -> list[NodeEvent]:
     """The events after each node last came back (`returned`: node -> when its burn-in
-    passed or a person released it, policies.lifecycle.FRESH_START): a node proven healthy
+    passed or a person released it, FRESH_START): a node proven healthy
     starts its lemon history again, so failures before its repair do not drain it anew."""
     return [e for e in events if e.at > returned.get(e.node, 0.0)]
 

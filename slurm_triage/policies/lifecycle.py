@@ -72,10 +72,6 @@ class LifecycleAction(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
-# The steps after which a node's lemon history starts again (policies.lemons.since_return).
-FRESH_START = frozenset({LifecycleAction.RETURN_TO_SERVICE, LifecycleAction.RELEASE})
-
-
 class Repair(enum.IntEnum):
     """What a cause asks of the node, weakest first (a stronger need wins)."""
 

@@ -27,8 +27,7 @@ from slurm_triage.logs import get_logger
 from slurm_triage.policies import JobView, PastDecision
 from slurm_triage.policies import family as cause_family
 from slurm_triage.policies.breaker import shared_fault_reason
-from slurm_triage.policies.lemons import since_return
-from slurm_triage.policies.lifecycle import FRESH_START
+from slurm_triage.policies.lemons import FRESH_START, since_return
 from slurm_triage.policies.rules import drains_blamed_nodes
 from slurm_triage.prolog_epilog.ended_run import EndedRun
 from slurm_triage.prolog_epilog.job_end import JobEnd, slurm_env

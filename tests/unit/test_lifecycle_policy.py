@@ -342,3 +342,11 @@ def test_a_node_in_service_with_rising_failures_becomes_suspect() -> None:
     assert _decide(node, signals=NodeSignals("node2", failed_jobs=1)).action is A.NONE
     done = _decide(node, signals=NodeSignals("node2", failed_jobs=2))
     assert (done.state, done.action) == (S.HEALTHY, A.MARK_SUSPECT)
+
+
+def test_the_lemon_historys_fresh_start_names_lifecycle_actions() -> None:
+    """policies.lemons keeps the steps as strings (lifecycle imports lemons): they must be
+    the lifecycle's burn-in return and a person's release."""
+    from slurm_triage.policies.lemons import FRESH_START
+
+    assert FRESH_START == {A.RETURN_TO_SERVICE.value, A.RELEASE.value}
