@@ -23,8 +23,16 @@ a genuine line printed in the same second right after such a record: the price o
 a forged line for a real one. That rule holds only after records that can end in a file name
 (segfaults, traps); a process name (15 characters) cannot spell an evidence line, and a
 message of under 16 characters (the first line of a name holding a newline) is never one.
-Files with no prefix at all carry no record boundaries and so cannot be defended against a
-forged continuation; prefer kmsg, dmesg or journal output.
+Other subsystems quote user strings too, newlines included: a mount option in `tmpfs: Unknown
+parameter '...'` (any user may mount in their own user namespace), the client's version in
+NVRM's API-mismatch message. So any record's later lines (escaped parts, indented or
+prefix-less lines after it) are read only in a multi-line driver message that quotes no
+string (`kernel_lines.continued_lines`); every other record is read from its first line alone.
+The syslog(2) form (`dmesg -S`, rsyslog's imklog reading /proc/kmsg) repeats the prefix on
+each line of a record, so its lines read as records of their own: outside segfaults and traps
+nothing tells them from real ones (distinct records share a stamp too). Files with no prefix
+at all mark no record boundaries but escapes, so cannot be defended against a forged indented
+line. Prefer kmsg, dmesg or journal output.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
-from slurm_triage.attribution.kernel_lines import KernelLine, split_line
+from slurm_triage.attribution.kernel_lines import KernelLine, continued_lines, split_line
 from slurm_triage.attribution.tail import DEFAULT_TAIL_BYTES, decode_tail, read_tail
 from slurm_triage.evidence import KernelEvent, KernelEventKind, Source
 
@@ -244,6 +252,7 @@ class _Reader:
         self.rec: KernelLine | None = None
         self.rec_user = False
         self.rec_file = False
+        self.rec_more = 0  # how many more of its lines are the kernel's own words
 
     def feed(self, line: KernelLine) -> None:
         if not line.prefixed:
@@ -251,9 +260,11 @@ class _Reader:
                 return
             if self.rec is not None and (line.message[:1].isspace() or self.any_prefix):
                 # Indented (dmesg, journalctl) or prefix-less amid prefixed lines: the rest of
-                # the record before it.
-                if not self.rec_user:
-                    self._parts(self.rec, [line.message.strip()])
+                # the record before it. With no prefix yet, nothing marks where a record ends.
+                if self.rec.prefixed:
+                    self._later(self.rec, [line.message.strip()])
+                else:
+                    self._unbounded(self.rec, line.message.strip())
                 return
         else:
             self.any_prefix = True
@@ -271,26 +282,46 @@ class _Reader:
         self.rec = line
         self.rec_user = line.kernel and is_user_record(parts[0])
         self.rec_file = self.rec_user and _FILE_RECORD.match(parts[0]) is not None
+        self.rec_more = continued_lines(parts[0])
         if not self.rec_user:
-            self._parts(line, parts)
+            self._read(line, parts[0])
+            self._later(line, parts[1:])
 
-    def _parts(self, line: KernelLine, parts: list[str]) -> None:
-        where = self.node or (line.host.split(".", 1)[0] if line.host else None)
+    def _later(self, line: KernelLine, parts: list[str]) -> None:
+        """The record's later lines (escaped parts, indented lines). In a kernel record they
+        are read only as far as it is a multi-line driver message (continued_lines): in any
+        other they may be a user's string the kernel quotes (`tmpfs: Unknown parameter 'x
+        <newline>NVRM: ...'`). NHC's lines under its tag are all its own."""
+        if self.rec_user:
+            return
         for part in parts:
             if not part:
                 continue
-            if line.kernel and is_user_record(part):
-                # A later line of the record shows it is a user process's own (a newline in
-                # its name): nothing more is read from it.
-                self.rec_user = True
-                self.rec_file = _FILE_RECORD.match(part) is not None
-                return
             if line.kernel:
-                self._kernel(part, line.time, where)
-            elif line.tag is not None and _NHC_TAGS.match(line.tag):
-                self._nhc(part, line.time, where)
-        if not line.prefixed and line.kernel:
-            self._nhc(parts[0], line.time, where)  # NHC's own log file, read as is
+                if self.rec_more <= 0:
+                    return
+                self.rec_more -= 1
+            self._read(line, part)
+
+    def _unbounded(self, line: KernelLine, msg: str) -> None:
+        """An indented line in a file with no prefixes: read as a line of its own, unless it
+        shows the record is a user process's own (a newline in its name)."""
+        if self.rec_user:
+            return
+        if line.kernel and is_user_record(msg):
+            self.rec_user = True
+            self.rec_file = _FILE_RECORD.match(msg) is not None
+            return
+        self._read(line, msg)
+
+    def _read(self, line: KernelLine, msg: str) -> None:
+        where = self.node or (line.host.split(".", 1)[0] if line.host else None)
+        if line.kernel:
+            self._kernel(msg, line.time, where)
+            if not line.prefixed:
+                self._nhc(msg, line.time, where)  # NHC's own log file, read as is
+        elif line.tag is not None and _NHC_TAGS.match(line.tag):
+            self._nhc(msg, line.time, where)
 
     def _nhc(self, msg: str, when: float | None, where: str | None) -> None:
         if found := _NHC.match(msg):

@@ -26,6 +26,8 @@ Origin. In the tagged forms only the tag `kernel` is the kernel's, and only with
 journald (and rsyslog's imjournal) print the sender's pid after its tag and the kernel has
 none, so `kernel[4242]:` is a process that named itself kernel (`logger -t kernel`). In
 kmsg and dmesg -x forms the facility tells: userspace writing to /dev/kmsg never gets kern.
+A record's later lines are the kernel's own words only in a message a driver writes whole
+(`continued_lines`).
 """
 
 from __future__ import annotations
@@ -75,6 +77,23 @@ _ISO = re.compile(
 _UNIX = re.compile(r"^(?P<stamp>\d{10}\.\d{1,9})" + _TAG)
 _UTC_NAMES = frozenset({"UTC", "GMT", "UT", "Z"})
 
+# One printk may hold newlines: one record, whose later lines kmsg escapes `\x0a`, rsyslog
+# `#012`, and dmesg and journalctl indent. Subsystems quote user text holding newlines there:
+# `tmpfs: Unknown parameter '%s'` and overlayfs' `failed to resolve '%s'` quote the mount
+# options an unprivileged user passes in their own user namespace (`unshare -Urm`), and NVRM
+# too: osapi.c RmPerformVersionCheck's `NVRM: API mismatch: the client '%s' (pid %u)\nNVRM: has
+# the version %s, ...` quotes the 63 bytes any /dev/nvidiactl client sends. So later lines
+# count only after the first line of a message that takes no string argument. Each entry: that
+# first line, and how many lines follow it. nv_printf is one vprintk, so one record
+# (open-gpu-kernel-modules 595.45.04, kernel-open/nvidia/os-interface.c).
+_CONTINUED = (
+    # src/nvidia/arch/nvalloc/unix/src/osapi.c rm_is_supported_device:
+    #   "NVRM: The NVIDIA GPU %04x:%02x:%02x.%x\n"
+    #   "NVRM: (PCI ID: %04x:%04x) installed in this system has\n"
+    #   "NVRM: fallen off the bus and is not responding to commands.\n"
+    (re.compile(r"^NVRM: The NVIDIA GPU [0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\s*$"), 2),
+)
+
 
 @dataclass(frozen=True)
 class KernelLine:
@@ -122,6 +141,15 @@ def split_line(line: str, *, year: int, tz: tzinfo | None, boot_time: float | No
     if found := _UNIX.match(line):
         return _tagged(found, float(found["stamp"]))
     return KernelLine(None, None, line, prefixed=False)
+
+
+def continued_lines(head: str) -> int:
+    """How many of the lines after `head`, a kernel record's first line, are the kernel's own
+    words too: none unless the record is a known multi-line driver message (_CONTINUED)."""
+    for first, count in _CONTINUED:
+        if first.match(head):
+            return count
+    return 0
 
 
 def _untagged(found: re.Match[str], when: float | None) -> KernelLine:

@@ -111,8 +111,9 @@ def test_a_fatal_xid_in_the_file_counts_only_while_it_is_recent(tmp_path: Path, 
 def test_an_undated_xid_never_drains(tmp_path: Path) -> None:
     """dmesg's seconds-since-boot in a file (which boot?) and a bare line carry no date: the
     check warns that it cannot judge them and never fails on them."""
+    # The bare line first: after a prefixed line it would be that record's later line.
     path = write_log(
-        tmp_path / "dmesg.txt", [f"[  123.456789] {XID79}", XID79.replace("3b:00", "5d:00")]
+        tmp_path / "dmesg.txt", [XID79.replace("3b:00", "5d:00"), f"[  123.456789] {XID79}"]
     )
     events = kernel_log.read_kernel_events(path, "node07")
     assert [e.time for e in events] == [None, None]
