@@ -6,8 +6,9 @@ journalctl's short forms, RFC 3339): `kernel_lines` splits the prefix off and te
 and whether the kernel wrote the line. In tagged forms only the kernel's own lines count, so
 a user's `logger "NVRM: Xid ..."` is not a hardware event; NHC's own `Health check failed:`
 lines are read under its tag `nhc` (and only those).
-XIDs in all three driver formats: old `NVRM: Xid (0000:03:00): 14, ...`, `PCI:` and MIG
-`(PCI:0000:01:00 GPU-I:05)`. PCI addresses are normalised to lower-case `dddd:bb:dd`.
+XIDs in every driver format: old `NVRM: Xid (0000:03:00): 14, ...`, `PCI:`, and MIG
+`(PCI:0000:01:00 GPU-I:05)` and `(PCI:0000:01:00 GPU-I:05 GPU-CI:01)` (kernel_rc.c
+krcReportXid). PCI addresses are normalised to lower-case `dddd:bb:dd`.
 
 Anchoring. The kernel prints user-chosen text inside its own messages: a process name (comm,
 at most 15 characters) at the start of `python[4242]: segfault at ...`, `traps: python[4242]
@@ -74,7 +75,7 @@ _MIN_EVIDENCE = 16
 # --- NVIDIA driver (open-gpu-kernel-modules 595.45.04; gpud kmsg.go) --------------------------
 _XID = re.compile(
     r"^NVRM: Xid \((?:PCI:)?(?P<bdf>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.\d)?"
-    r"(?: GPU-I:(?P<gi>\d+))?\): (?P<xid>\d+),\s*(?P<rest>.*)"
+    r"(?: GPU-I:(?P<gi>\d+)(?: GPU-CI:\d+)?)?\): (?P<xid>\d+),\s*(?P<rest>.*)"
 )
 _NVRM_BDF = re.compile(rf"^NVRM: (?:GPU|The NVIDIA GPU) (?:at )?(?:PCI:)?({_BDF})")
 # osinit.c NV_DEV_PRINTF `NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`; osapi.c's

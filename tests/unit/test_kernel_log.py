@@ -37,10 +37,19 @@ def _one(line: str, **kw):
             "0000:01:00",
         ),
         ("NVRM: Xid (PCI:00000000:B1:00.0): 48, pid=1, name=python, DBE", 48, "0000:b1:00"),
+        # A MIG XID attributed to a GPU and a compute instance: kernel_rc.c krcReportXid's
+        # "PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u" (open-gpu-kernel-modules).
+        (
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 31, pid=7194, name=python, "
+            "Ch 0000000e, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted",
+            31,
+            "0000:01:00",
+        ),
     ],
 )
 def test_three_xid_formats(line, xid, bdf):
-    """Old, PCI: and MIG GPU-I: XID lines give the XID number and a normalised bus id."""
+    """Old, PCI:, MIG GPU-I: and GPU-I: GPU-CI: XID lines give the XID number and a
+    normalised bus id."""
     event = _one(line)
     assert (event.event, event.xid, event.pci_bus_id) == (K.XID, xid, bdf)
     assert event.source is Source.ROOT
