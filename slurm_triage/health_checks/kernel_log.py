@@ -140,7 +140,7 @@ def check_xid(
 ) -> CheckResult:
     """XIDs in the window, judged by the XID catalogue: fatal ones fail the node (the one that
     asks the most wins: reboot over reset), application ones only when they come from
-    `app_xid_repeats` distinct jobs on one GPU (app_xids). Undated lines only warn. An XID
+    jobs of `app_xid_repeats` distinct users on one GPU (app_xids). Undated lines only warn. An XID
     that a GPU reset repairs, logged before that GPU's last reset (`gpu_resets`, the
     health_checks.gpu_resets ledger), is repaired history."""
     name = "gpu.xid"
@@ -163,7 +163,7 @@ def check_xid(
         if len(faults) >= config.app_xid_repeats:
             return fail(
                 name,
-                f"application XIDs on GPU {bus} from {len(faults)} jobs",
+                f"application XIDs on GPU {bus} from jobs of {len(faults)} users",
                 Severity.LOW,
                 Action.DRAIN,
                 pci_bus_id=bus,

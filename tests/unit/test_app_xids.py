@@ -96,7 +96,7 @@ def test_three_jobs_faulting_on_one_gpu_drain_it(node) -> None:  # type: ignore[
         job_ends(config, estate, job, start, start + 60)
     status, reason, evidence = xid_check(config)
     assert status is CheckStatus.FAIL
-    assert reason == f"application XIDs on GPU {GPU0} from 3 jobs"
+    assert reason == f"application XIDs on GPU {GPU0} from jobs of 3 users"
     assert evidence["faults"] == ["user:1070", "user:1071", "user:1072"]
     (result,) = Run(config, registry.select(["gpu.xid"], False), node="node2").execute().results
     assert (result.severity, result.action) == (Severity.LOW, Action.DRAIN)
