@@ -6,6 +6,8 @@
 2. `python -X importtime -c "import slurm_triage.attribution"` (median of 5): total, heaviest, and
    the non-stdlib top-level packages imported (must be slurm_triage, at most structlog).
 3. Cases per second over the labelled corpus (read + scan + attribute), and the pure engine.
+4. The reviewer's hostile 1 MiB output tails (srun-shaped lines, as a job's user can print
+   them for the decision to read): `scan_log` time (median of 5) and the work it counted.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurm_triage.attribution import DEFAULT_TAIL_BYTES, attribute
+from slurm_triage.attribution import DEFAULT_TAIL_BYTES, attribute, decode_tail
 from slurm_triage.attribution.inputs import collect
+from slurm_triage.attribution.logscan import scan_log
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
@@ -190,10 +193,36 @@ def bench_corpus() -> None:
     print(f"  attribute() alone: {len(cases) / seconds:.0f} cases/s, median of 5")
 
 
+# Before the per-scan bounds: 214 s and about 22 min (30 s for the first 500 lines).
+HOSTILE_TAILS = {
+    "tasks 0-65534 on every line": ["srun: error: n1: tasks 0-65534: Exited with exit code 1"],
+    "Node failure on n[00001-16384] on every line": ["srun: error: Node failure on n[00001-16384]"],
+    "a different 16,384-node list on every line": [
+        f"srun: error: Node failure on n[{i:06d}-{i + 16383:06d}]" for i in range(1, 24001)
+    ],
+}
+
+
+def bench_hostile_tails() -> None:
+    """The decision's scan of a user's 1 MiB output tail stays far under decision.deadline_s."""
+    print("hostile 1 MiB output tails, scan_log (median of 5):")
+    for label, lines in HOSTILE_TAILS.items():
+        block = "".join(f"{line}\n" for line in lines)
+        data = (block * ((1 << 20) // len(block) or 1)).encode()[: 1 << 20]
+        tail = decode_tail(data, whole_file=False)
+        scan = scan_log(tail, node=None)
+        seconds = _median(lambda tail=tail: scan_log(tail, node=None), 5)
+        print(
+            f"  {label}: {seconds * 1000:.0f} ms, {len(tail)} lines, "
+            f"{scan.names_expanded} names expanded, {scan.lists_cut} lists cut"
+        )
+
+
 def main() -> None:
     bench_big_file()
     bench_imports()
     bench_corpus()
+    bench_hostile_tails()
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 MAX_EXPANDED = 1_000_000
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -75,6 +75,93 @@ def expand(expression: str) -> list[str]:
             if len(names) > MAX_EXPANDED:
                 raise HostlistError(f"hostlist {expression[:60]!r} expands to too many names")
     return list(names)
+
+
+# No Slurm node or DNS name is longer: `iter_names` takes longer ones for malformed text.
+MAX_NAME_CHARS = 255
+
+
+def iter_names(expression: str) -> Iterator[str]:
+    """The host names of `expression` one at a time, in `expand`'s order but with its
+    duplicates, for text a user wrote (a job's log), where the caller stops when its budget
+    is spent: `n[1-999999]` then costs what `n[1-16]` does, since ranges are only checked
+    and counted here, never expanded. The whole text is checked first, so malformed text
+    raises HostlistError as `expand` would (before any name), and so does text whose names
+    could be longer than MAX_NAME_CHARS (`a[1]a[1]...`: each bracket adds to every name's
+    cost). Unlike `expand` it has no MAX_EXPANDED on the number of names."""
+    expression = (expression or "").strip()
+    if expression in ("", "(null)", "None"):
+        return iter(())
+    patterns = [_parse_pattern(part, expression) for part in _split_top_level(expression)]
+    return (name for pattern in patterns for name in _odometer(*pattern))
+
+
+_Ranges = list[tuple[int, int, int]]  # (low, high, zero-padded width) of one bracket
+
+
+def _parse_pattern(pattern: str, expression: str) -> tuple[list[str], list[_Ranges]]:
+    """`a[1-2]b[3]c` -> (["a", "b", "c"], [ranges of 1-2, ranges of 3]), checked as
+    `_expand_one` and `_expand_ranges` check it, without making a name."""
+    texts: list[str] = []
+    brackets: list[_Ranges] = []
+    longest = 0
+    while (start := pattern.find("[")) >= 0:
+        end = pattern.find("]", start)
+        if end < 0:
+            raise HostlistError(f"unbalanced '[' in {expression!r}")
+        ranges = _parse_ranges(pattern[start + 1 : end], expression)
+        texts.append(pattern[:start])
+        brackets.append(ranges)
+        longest += start + max(max(len(str(high)), width) for _, high, width in ranges)
+        pattern = pattern[end + 1 :]
+    texts.append(pattern)
+    if longest + len(pattern) > MAX_NAME_CHARS:
+        raise HostlistError(f"names longer than {MAX_NAME_CHARS} characters in {expression!r}")
+    return texts, brackets
+
+
+def _parse_ranges(body: str, expression: str) -> _Ranges:
+    ranges: _Ranges = []
+    count = 0
+    for item in body.split(","):
+        match = _RANGE.match(item.strip())
+        if not match:
+            raise HostlistError(f"bad range {item!r} in {expression!r}")
+        low_text, high_text = match.group(1), match.group(2) or match.group(1)
+        if max(len(low_text), len(high_text)) > MAX_NAME_CHARS:  # int() refuses 4300 digits
+            raise HostlistError(f"names longer than {MAX_NAME_CHARS} characters in {expression!r}")
+        low, high = int(low_text), int(high_text)
+        if high < low or count + high - low + 1 > MAX_EXPANDED:
+            raise HostlistError(f"bad or too large range {item!r} in {expression!r}")
+        count += high - low + 1
+        ranges.append((low, high, len(low_text) if low_text.startswith("0") else 0))
+    return ranges
+
+
+def _values(ranges: _Ranges) -> Iterator[str]:
+    return (str(n).zfill(width) for low, high, width in ranges for n in range(low, high + 1))
+
+
+def _odometer(texts: list[str], brackets: list[_Ranges]) -> Iterator[str]:
+    """Every name of one parsed pattern, the last bracket turning fastest (`_expand_one`'s
+    order), made one at a time."""
+    turning = [_values(ranges) for ranges in brackets]
+    parts = [texts[0]]
+    for text, values in zip(texts[1:], turning, strict=True):
+        parts += (next(values), text)
+    while True:
+        yield "".join(parts)
+        k = len(brackets) - 1
+        while k >= 0:
+            value = next(turning[k], None)
+            if value is not None:
+                parts[2 * k + 1] = value
+                break
+            turning[k] = _values(brackets[k])  # starts over, and the bracket before it turns
+            parts[2 * k + 1] = next(turning[k])
+            k -= 1
+        else:
+            return
 
 
 def contains(expression: str, name: str) -> bool:

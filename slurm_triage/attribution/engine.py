@@ -233,13 +233,15 @@ def _verdict(
     winner: Finding, per_node: dict[str | None, Finding], found: list[Finding]
 ) -> Attribution:
     nodes = _blamed(winner, per_node) or _failed_tasks(winner, found)
-    support = [f for f in found if f.cause is winner.cause and (not nodes or f.node in nodes)]
+    blamed = set(nodes)  # membership in a set: a job's log may name 16,384 nodes
+    support = [f for f in found if f.cause is winner.cause and (not nodes or f.node in blamed)]
     support.sort(key=lambda f: f.index)
     evidence = tuple(dict.fromkeys(f.fact for f in support))[:MAX_EVIDENCE]
     backed = bool(nodes) and info(winner.cause).domain in (Domain.HARDWARE, Domain.INFRASTRUCTURE)
-    backed = backed and all(any(f.drainable and f.node == n for f in support) for n in nodes)
+    drainable = {f.node for f in support if f.drainable}
+    backed = backed and all(n in drainable for n in nodes)
     reason = (f"on {', '.join(nodes)}: " if nodes else "") + winner.why
-    reason += _cascade_note(winner, per_node, nodes)
+    reason += _cascade_note(winner, per_node, blamed)
     return _make(winner.cause, nodes, _confidence(winner, support), backed, evidence, reason)
 
 
@@ -292,9 +294,7 @@ def _confidence(winner: Finding, support: list[Finding]) -> float:
     return min(0.99, winner.confidence + bonus)
 
 
-def _cascade_note(
-    winner: Finding, per_node: dict[str | None, Finding], nodes: tuple[str, ...]
-) -> str:
+def _cascade_note(winner: Finding, per_node: dict[str | None, Finding], nodes: set[str]) -> str:
     note = ""
     for label, symptom in (("symptoms on", True), ("lesser evidence on", False)):
         others = sorted(

@@ -5,6 +5,12 @@ never reads more; decoding replaces invalid UTF-8; NUL runs (the hole a crashed 
 in a file on NFS or Lustre) are dropped; a line longer than `max_line_chars` keeps its head
 and its tail. `scan_lines` is pure: lines in, facts out.
 
+Bounded in work too, per scan rather than per line, since the decision reads a user's 1 MiB
+as SlurmUser: srun's task ranges (`tasks 0-65534`) are compared with the few task ids the
+log asks about, never expanded, and the host lists of one scan (`Node failure on
+n[00001-16384]`) are expanded once per distinct text and to MAX_SCAN_NAMES names in all;
+`scan_log` says when that budget left lists unread (`LogScan.lists_cut`).
+
 Timestamps: a hit takes the time printed on its own line or on one of the three lines before
 it (Python logging's `2024-11-21 10:00:00,123`, glog's `E1121 10:00:00.123456` as PyTorch's
 C++ side prints it, torchrun's `2024-11-21_10:00:05`). Naive times are read in `tz`.
@@ -13,8 +19,10 @@ C++ side prints it, torchrun's `2024-11-21_10:00:05`). Naive times are read in `
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
+from collections.abc import Iterable
 
 from slurm_triage import hostlist
 from slurm_triage.attribution import matcher, tracebacks
@@ -22,6 +30,7 @@ from slurm_triage.attribution.signatures import (
     BY_NAME,
     CANCELLED_AFTER_FAILURE,
     TASK_FAILURE_LINES,
+    Signature,
 )
 from slurm_triage.attribution.tail import (  # noqa: F401 (this module's public names)
     DEFAULT_TAIL_BYTES,
@@ -32,6 +41,7 @@ from slurm_triage.attribution.tail import (  # noqa: F401 (this module's public 
 )
 from slurm_triage.attribution.tiers import Tier
 from slurm_triage.evidence import Fact, LogHit, RootException, Source
+from slurm_triage.frozen import Frozen
 
 # datetime's classes from its C core: datetime.py defines all of them in Python first and
 # then replaces them with these (~1.5 ms of every classify, issue 20). mypy reads datetime's.
@@ -50,8 +60,52 @@ _ISO = re.compile(
 )
 _GLOG = re.compile(r"\b[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
 _TIME_LOOKBACK = 3
-# A hostlist in one line names at most this many nodes (the biggest jobs have a few thousand).
-MAX_NAMED_NODES = 16384
+# The host lists of one scan are expanded to this many names in all, whatever their number:
+# a 4,096-GPU job's lines name 512 nodes, the biggest jobs' a few thousand. Each distinct
+# list is expanded once however often it repeats (srun prints `Node failure on ...` per step).
+MAX_SCAN_NAMES = 16384
+
+
+class LogScan(Frozen):
+    """What one scan of a log found, and the work it took: `names_expanded` host names made
+    from the log's host lists (at most MAX_SCAN_NAMES), `lists_cut` distinct host lists left
+    unread or read in part once that budget was spent, `task_ids_mapped` task ids given a
+    node (only those the log's own lines ask about)."""
+
+    facts: tuple[Fact, ...]
+    names_expanded: int = 0
+    lists_cut: int = 0
+    task_ids_mapped: int = 0
+
+    def cut_short(self) -> bool:
+        """Whether a host list went unread: nodes only it named have no hit of their own."""
+        return self.lists_cut > 0
+
+
+def scan_log(
+    lines: list[str],
+    *,
+    node: str | None,
+    source: Source = Source.USER,
+    year: int | None = None,
+    tz: tzinfo | None = UTC,
+) -> LogScan:
+    """Signature hits (one fact per signature and node, with its count) and the root
+    exception, with the work the scan did; see the module's docstring for its bounds."""
+    year = year or datetime.now(UTC).year
+    root = tracebacks.find_root(lines)
+    failed_at = root.exc.header if root is not None else None
+    groups = _group_hits(lines, failed_at)
+    wanted = {g.rank for g in groups if g.rank}
+    if root is not None and root.rank is not None:
+        wanted.add(str(root.rank))
+    tasks = task_hosts(lines, wanted)
+    names = _NameBudget(MAX_SCAN_NAMES)
+    facts: list[Fact] = list(_hits(groups, lines, node, tasks, source, year, tz, names))
+    if root is not None:
+        rank_node = tasks.get(str(root.rank)) if root.rank is not None else None
+        facts.append(_root_fact(root, lines, rank_node or node, source, year, tz))
+    return LogScan(tuple(facts), names.spent, names.cut, len(tasks))
 
 
 def scan_lines(
@@ -63,15 +117,7 @@ def scan_lines(
     tz: tzinfo | None = UTC,
 ) -> list[Fact]:
     """Signature hits (one fact per signature and node, with its count) and the root exception."""
-    year = year or datetime.now(UTC).year
-    root = tracebacks.find_root(lines)
-    failed_at = root.exc.header if root is not None else None
-    tasks = task_hosts(lines)
-    facts: list[Fact] = list(_hits(lines, node, tasks, source, year, tz, failed_at))
-    if root is not None:
-        rank_node = tasks.get(str(root.rank)) if root.rank is not None else None
-        facts.append(_root_fact(root, lines, rank_node or node, source, year, tz))
-    return facts
+    return list(scan_log(lines, node=node, source=source, year=year, tz=tz).facts)
 
 
 def scan_file(
@@ -94,31 +140,68 @@ def scan_file(
 _TASK_FAILURE_ROLES = (Tier.ERROR, Tier.INFRA, Tier.SYMPTOM)
 
 
+class _Group:
+    """The lines that hit one signature and name the same place: a host list's text
+    (`named`), else a task's `[rank3]:` prefix (`rank`), else neither. A list is expanded
+    once per group, not once per line; its hit takes the time and excerpt of its last line."""
+
+    __slots__ = ("count", "last", "match", "named", "rank", "sig")
+
+    def __init__(self, sig: Signature, named: str, rank: str) -> None:
+        self.sig, self.named, self.rank, self.count = sig, named, rank, 0
+
+    def add(self, sig: Signature, index: int, match: re.Match[str]) -> None:
+        self.sig, self.last, self.match = sig, index, match
+        self.count += 1
+
+
+def _group_hits(lines: list[str], failed_at: int | None) -> list[_Group]:
+    """Every signature hit in `lines`, grouped by signature and the place it names, in the
+    order of their first lines."""
+    starts = _line_starts(lines)
+    groups: dict[tuple[str, str, str], _Group] = {}
+    first_failure = len(lines) if failed_at is None else failed_at
+    for start, sig, match in matcher.scan_text("\n".join(lines)):
+        index = _index_of(starts, start)
+        if sig.role in _TASK_FAILURE_ROLES or sig.name in TASK_FAILURE_LINES:
+            first_failure = min(first_failure, index)
+        elif sig is BY_NAME["slurm.cancelled"] and index > first_failure:
+            sig = CANCELLED_AFTER_FAILURE
+        named = match.groupdict().get("host") or ""
+        rank = "" if named else tracebacks.split_prefix(lines[index])[0]
+        key = (sig.name, named, rank)
+        if key not in groups:
+            groups[key] = _Group(sig, named, rank)
+        groups[key].add(sig, index, match)
+    return list(groups.values())
+
+
 def _hits(
+    groups: list[_Group],
     lines: list[str],
     node: str | None,
     tasks: dict[str, str],
     source: Source,
     year: int,
     tz: tzinfo | None,
-    failed_at: int | None = None,
+    names: _NameBudget,
 ) -> list[LogHit]:
-    text = "\n".join(lines)
-    starts = _line_starts(lines)
+    """One hit per signature and node: host lists get the budget in the order they first
+    appear (the earliest failure is the root cause); a node's hit counts every line that
+    named it and takes the time and excerpt of the last one, as one line at a time would."""
+    places = {
+        id(g): names.hosts(g.named) if g.named else [_rank_node(g.rank, tasks, node)]
+        for g in groups
+    }
     found: dict[tuple[str, str | None], LogHit] = {}
-    first_failure = len(lines) if failed_at is None else failed_at
-    for start, sig, match in matcher.scan_text(text):
-        line = match.string
-        index = _index_of(starts, start)
-        if sig.role in _TASK_FAILURE_ROLES or sig.name in TASK_FAILURE_LINES:
-            first_failure = min(first_failure, index)
-        elif sig is BY_NAME["slurm.cancelled"] and index > first_failure:
-            sig = CANCELLED_AFTER_FAILURE
-        named = match.groupdict().get("host")
-        when, excerpt = _time_near(lines, index, year, tz), _excerpt(line, match)
-        for where in _hosts(named) if named else (_line_node(lines[index], tasks, node),):
+    for group in sorted(groups, key=lambda g: g.last):
+        if not places[id(group)]:
+            continue
+        sig, line = group.sig, group.match.string
+        when, excerpt = _time_near(lines, group.last, year, tz), _excerpt(line, group.match)
+        for where in places[id(group)]:
             key = (sig.name, where)
-            count = found[key].count + 1 if key in found else 1
+            count = found[key].count + group.count if key in found else group.count
             found[key] = LogHit(
                 node=where,
                 time=when,
@@ -132,51 +215,81 @@ def _hits(
 
 
 _SRUN_TASKS = re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+): ")
+# One srun line naming more task ids than this is not srun's (the biggest jobs have 10^4-10^5).
 MAX_TASK_IDS = 65536
 
 
-def task_hosts(lines: list[str]) -> dict[str, str]:
-    """Task id → node, from srun's own lines (`srun: error: node2: task 1: Exited ...`): the
-    only place a merged batch log says where `[rank1]:` or `1: ` lines came from."""
-    hosts: dict[str, str] = {}
+def task_hosts(lines: list[str], wanted: Iterable[str]) -> dict[str, str]:
+    """Task id → node for the `wanted` task ids, from srun's own lines (`srun: error: node2:
+    task 1: Exited ...`): the only place a merged batch log says where `[rank1]:` or `1: `
+    lines came from. The first line naming a task wins. Ranges are compared with the wanted
+    ids, never expanded: `tasks 0-65534` costs what `task 3` does."""
+    todo = sorted({int(t) for t in wanted if t.isdigit() and str(int(t)) == t})
+    hosts: dict[int, str] = {}
     for line in lines:
-        if not line.startswith("srun: error: "):
-            continue
-        found = _SRUN_TASKS.match(line)
+        if not todo:
+            break
+        found = _SRUN_TASKS.match(line) if line.startswith("srun: error: ") else None
         if found is None:
             continue
-        host = _short_host(found.group(1))
-        for task in _task_ids(found.group(2)):
-            hosts.setdefault(str(task), host or "")
-    return {task: host for task, host in hosts.items() if host}
+        host = _short_host(found.group(1)) or ""
+        for low, high in _task_ranges(found.group(2)):
+            first, last = bisect.bisect_left(todo, low), bisect.bisect_right(todo, high)
+            hosts.update((task, host) for task in todo[first:last])
+            del todo[first:last]
+    return {str(task): host for task, host in hosts.items() if host}
 
 
-def _task_ids(text: str) -> list[int]:
-    ids: list[int] = []
+def _task_ranges(text: str) -> list[tuple[int, int]]:
+    """`0-3,7` -> [(0, 3), (7, 7)]; [] when the text is not a list of at most MAX_TASK_IDS
+    ids (then the line names no task)."""
+    ranges: list[tuple[int, int]] = []
+    count = 0
     for part in text.split(","):
         first, _, last = part.partition("-")
         if not first.isdigit() or (last and not last.isdigit()):
             return []
-        low, high = int(first), int(last or first)
-        if high < low or len(ids) + high - low >= MAX_TASK_IDS:
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:  # over int()'s 4300 digits
             return []
-        ids.extend(range(low, high + 1))
-    return ids
+        if high < low or count + high - low >= MAX_TASK_IDS:
+            return []
+        count += high - low + 1
+        ranges.append((low, high))
+    return ranges
 
 
-def _line_node(line: str, tasks: dict[str, str], node: str | None) -> str | None:
+def _rank_node(rank: str, tasks: dict[str, str], node: str | None) -> str | None:
     """A `[rank3]:`-prefixed line was written by task 3: its node if srun named it."""
-    rank = tracebacks.split_prefix(line)[0]
     return tasks.get(rank, node) if rank else node
 
 
-def _hosts(text: str) -> list[str]:
-    """A host group's node names: one name, or a Slurm hostlist (`node[03-04]`)."""
-    try:
-        names = hostlist.expand(text) if "[" in text or "," in text else [text]
-    except hostlist.HostlistError:
-        names = [text]
-    return [n for n in (_short_host(name) for name in names[:MAX_NAMED_NODES]) if n]
+class _NameBudget:
+    """The host names one scan may still make from host lists, what it made, and how many
+    lists it left unread or read in part."""
+
+    def __init__(self, limit: int) -> None:
+        self.left, self.spent, self.cut = limit, 0, 0
+
+    def hosts(self, text: str) -> list[str]:
+        """A host group's node names: one name, or a Slurm hostlist (`node[03-04]`); text
+        that is no hostlist is one name."""
+        if "[" not in text and "," not in text:
+            return [n for n in (_short_host(text),) if n]
+        if not self.left:  # not even read: checking a list's text costs a pass over it
+            self.cut += 1
+            return []
+        try:
+            names = hostlist.iter_names(text)
+        except hostlist.HostlistError:
+            return [n for n in (_short_host(text),) if n]
+        made = list(itertools.islice(names, self.left))
+        self.left -= len(made)
+        self.spent += len(made)
+        if next(names, None) is not None:
+            self.cut += 1
+        return [n for n in (_short_host(name) for name in dict.fromkeys(made)) if n]
 
 
 def _root_fact(

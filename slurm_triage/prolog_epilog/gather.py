@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, scan_lines
+from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, logscan
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
 from slurm_triage.evidence import (
@@ -55,13 +55,17 @@ def wait_for_root_records(config: Config, end: JobEnd, clock: Clock) -> tuple[st
     return tuple(missing)
 
 
-def output_facts(job: JobInfo, uid: int, deadline: float, clock: Clock) -> list[Fact]:
+def output_facts(
+    job: JobInfo, uid: int, deadline: float, clock: Clock
+) -> tuple[list[Fact], list[str]]:
     """Signatures in the tail of the batch script's output (jobs without the wrapper too):
     the job's own words, so USER facts. srun merges every task's output into this file, so a
     line of a multi-node job names its node only through srun's own lines (`srun: error:
     node2: task 1: ...`, `[rank1]:` mapped by them); the batch host is right only for a
-    single-node job."""
+    single-node job. The notes say what the scan's bound left unread (logscan.MAX_SCAN_NAMES
+    host names named by the output's host lists)."""
     facts: list[Fact] = []
+    notes: list[str] = []
     for path in dict.fromkeys(p for p in (job.std_out, job.std_err) if p.startswith("/")):
         try:
             left = min(store.OUTPUT_READ_TIMEOUT_S, deadline - clock.monotonic())
@@ -71,8 +75,14 @@ def output_facts(job: JobInfo, uid: int, deadline: float, clock: Clock) -> list[
             continue
         lines = decode_tail(data, whole_file=len(data) < OUTPUT_TAIL_BYTES)
         node = job.batch_host or None if len(job.nodes) <= 1 else None
-        facts += scan_lines(lines, node=node, source=Source.USER)
-    return facts
+        scan = logscan.scan_log(lines, node=node, source=Source.USER)
+        facts += scan.facts
+        if scan.cut_short():
+            notes.append(
+                f"job output: {scan.lists_cut} host list(s) past {logscan.MAX_SCAN_NAMES} names "
+                "not read"
+            )
+    return facts, notes
 
 
 class Gathered(Frozen):
@@ -119,7 +129,9 @@ def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock
     for record in (*roots.records, *kept_users):
         facts += record.facts
     if not users.over_budget:
-        facts += output_facts(run.job, end.uid, deadline, clock)
+        found, cut = output_facts(run.job, end.uid, deadline, clock)
+        facts += found
+        notes += cut
     facts, foreign = on_job_nodes(facts, end.nodes)
     if foreign:
         notes.append(f"facts naming nodes outside the job dropped: {', '.join(foreign[:5])}")

@@ -613,6 +613,24 @@ def test_a_job_without_the_wrapper_is_attributed_from_its_output_file(
     assert any(e.get("source") == "user" and e.get("kind") == "log_signature" for e in row.evidence)
 
 
+def test_host_lists_the_scan_bound_left_unread_are_said_in_the_decision(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's output names more hosts than the scan expands (logscan.MAX_SCAN_NAMES,
+    made 4 here): the decision's reason says what went unread, not only a log line."""
+    from slurm_triage.attribution import logscan
+
+    monkeypatch.setattr(logscan, "MAX_SCAN_NAMES", 4)
+    output = tmp_path / "slurm-7.out"
+    lines = [f"srun: error: Node failure on n[{10 * i:03d}-{10 * i + 9:03d}]" for i in range(3)]
+    output.write_text("\n".join(lines) + "\n")
+    os.chown(output, USER, USER)
+    cluster.door.jobs[JOB] = replace(cluster.door.jobs[JOB], std_out=str(output))
+    outcome = cluster.end()
+    assert outcome.attribution is not None
+    assert "job output: 3 host list(s) past 4 names not read" in outcome.attribution.reason
+
+
 def test_a_record_naming_a_node_outside_the_job_excludes_nothing(cluster: Cluster) -> None:
     """A user's record about node4 (not the job's) cannot get node4 excluded or blamed."""
     cluster.user_record("node1", xid79("node4", Source.USER))

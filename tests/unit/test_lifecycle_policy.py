@@ -349,4 +349,4 @@ def test_the_lemon_historys_fresh_start_names_lifecycle_actions() -> None:
     the lifecycle's burn-in return and a person's release."""
     from slurm_triage.policies.lemons import FRESH_START
 
-    assert FRESH_START == {A.RETURN_TO_SERVICE.value, A.RELEASE.value}
+    assert {A.RETURN_TO_SERVICE.value, A.RELEASE.value} == FRESH_START
