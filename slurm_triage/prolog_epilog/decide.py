@@ -23,7 +23,7 @@ from dataclasses import field, replace
 from typing import Any
 
 from slurm_triage import actuator, hostlist
-from slurm_triage.attribution import Attribution, attribute, job_window
+from slurm_triage.attribution import Attribution, attribute
 from slurm_triage.clock import SYSTEM_CLOCK, Clock
 from slurm_triage.config import Config
 from slurm_triage.evidence import KernelEvent, fact_to_dict
@@ -77,9 +77,9 @@ class Judged(Frozen):
 
 
 def attribute_end(run: EndedRun, gathered: Gathered) -> Attribution:
-    """The attribution of this end's facts (pure); what was left out of them is said in its
-    reason."""
-    found = attribute(gathered.facts, window=job_window(run.end.ended_at))
+    """The attribution of this end's facts (pure), held to the job's window already
+    (gather_evidence); what was left out of them is said in its reason."""
+    found = attribute(gathered.facts)
     if gathered.notes:
         found = replace(found, reason="; ".join((found.reason, *gathered.notes)))
     return found

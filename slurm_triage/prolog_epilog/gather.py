@@ -126,12 +126,18 @@ def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock
     if users.over_budget:
         kept_users = ()
         notes.append(f"user evidence ignored ({users.over_budget}): decided on root evidence")
-    for record in (*roots.records, *kept_users):
-        facts += record.facts
+    # Root's records hold what each node's Epilog found within the job's window by that
+    # node's own clock (epilog.collect): a node whose clock runs minutes ahead of the
+    # controller's still has its XID counted, as its Epilog counted it. Everything else is
+    # held to the window by the controller's clock (rule 5).
+    window = job_window(end.ended_at)
+    others: list[Fact] = [f for record in kept_users for f in record.facts]
     if not users.over_budget:
         found, cut = output_facts(run.job, end.uid, deadline, clock)
-        facts += found
+        others += found
         notes += cut
+    facts += [f for record in roots.records for f in record.facts]
+    facts += [f for f in others if f.time is None or window.contains(f.time)]
     facts, foreign = on_job_nodes(facts, end.nodes)
     if foreign:
         notes.append(f"facts naming nodes outside the job dropped: {', '.join(foreign[:5])}")
@@ -246,12 +252,11 @@ def own_faults(
     for f in facts:
         if f.source is Source.ROOT and f.node and f.node not in attribution.nodes:
             suspects.setdefault(f.node, []).append(f)
-    window = job_window(run.end.ended_at)
     found: dict[str, str] = {}
     for node, theirs in suspects.items():
         if all(isinstance(f, HealthCheck) and f.status is not CheckStatus.FAIL for f in theirs):
             continue  # passing checks only: nothing to judge (most nodes of a large job)
-        alone = attribute(theirs, window=window)
+        alone = attribute(theirs)  # windowed by the node's own Epilog (gather_evidence)
         if node in alone.nodes and drains_blamed_nodes(
             config.policy, alone.cause, alone.root_backed
         ):

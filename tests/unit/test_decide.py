@@ -190,6 +190,24 @@ def test_root_backed_xid79_requeues_excluding_and_drains_the_node(cluster: Clust
     assert out.applied is not None and out.applied.drained == ("node2",)
 
 
+def test_a_node_whose_clock_runs_ahead_still_has_its_xid_counted(cluster: Cluster) -> None:
+    """node2's clock is 6 minutes ahead of the controller's: its Epilog stamped the XID 79 it
+    found within the job's window by its own clock, past the controller's window (+5 min).
+    The decision counts root's records as their Epilog windowed them, so node2 is blamed,
+    excluded and drained as its Epilog asked; a user's claim stamped as late still is not."""
+    skewed = replace(xid79("node2"), time=time.time() + 360)
+    cluster.root_record("node2", skewed)
+    outcome = cluster.end()
+    assert outcome.attribution.nodes == ("node2",), outcome.attribution.reason
+    assert outcome.decision.drain == ("node2",)
+
+
+def test_a_users_claim_past_the_window_is_still_dropped(cluster: Cluster) -> None:
+    late = replace(xid79("node2", Source.USER), time=time.time() + 360)
+    cluster.user_record("node2", late)
+    assert cluster.end().attribution.nodes == ()
+
+
 @pytest.mark.parametrize("claim", [Source.USER, Source.ROOT], ids=["user", "forged_root"])
 def test_users_xid_claim_requeues_excluding_but_never_drains(
     cluster: Cluster, claim: Source
