@@ -2,7 +2,8 @@
 
 Safe under concurrent epilogs: each connection waits for the write lock up to a bounded
 busy timeout, and `claim()` makes the decision idempotent: the key (job id, restart count)
-is inserted once, so two racing deciders agree on exactly one owner. Schema changes are
+is inserted once, so two racing deciders agree on exactly one owner. A job id Slurm gives
+out again is another job: its rows are a new generation of the id (`claim`). Schema changes are
 numbered migrations applied in order inside a transaction (`PRAGMA user_version`).
 """
 
@@ -84,7 +85,41 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX lifecycle_node ON lifecycle (node, at);
     """,
+    # 4: a job id Slurm gives out again (MaxJobId wrapped, or slurmctld lost its state) is
+    # another job: its rows start a new generation (claim), keyed apart from the old job's.
+    """
+    CREATE TABLE decisions_4 (
+        id INTEGER PRIMARY KEY,
+        job_id INTEGER NOT NULL,
+        generation INTEGER NOT NULL DEFAULT 0,
+        restart INTEGER NOT NULL,
+        claimed_at REAL NOT NULL,
+        decided_at REAL,
+        owner TEXT NOT NULL,
+        state TEXT, exit_code INTEGER, exit_signal INTEGER,
+        user TEXT, partition TEXT, num_nodes INTEGER, nodes TEXT,
+        cause TEXT, domain TEXT, confidence REAL, root_backed INTEGER,
+        blamed TEXT, action TEXT, excluded TEXT, drained TEXT, begin_delay_s REAL,
+        reasons TEXT, applied INTEGER, outcome TEXT, evidence TEXT,
+        ended_at REAL, run_started_at REAL, gpus INTEGER, requeued_at REAL, budget_spent TEXT,
+        UNIQUE (job_id, generation, restart)
+    );
+    INSERT INTO decisions_4 (id, job_id, restart, claimed_at, decided_at, owner, state,
+        exit_code, exit_signal, user, partition, num_nodes, nodes, cause, domain, confidence,
+        root_backed, blamed, action, excluded, drained, begin_delay_s, reasons, applied,
+        outcome, evidence, ended_at, run_started_at, gpus, requeued_at, budget_spent)
+    SELECT id, job_id, restart, claimed_at, decided_at, owner, state, exit_code, exit_signal,
+        user, partition, num_nodes, nodes, cause, domain, confidence, root_backed, blamed,
+        action, excluded, drained, begin_delay_s, reasons, applied, outcome, evidence, ended_at,
+        run_started_at, gpus, requeued_at, budget_spent
+    FROM decisions;
+    DROP TABLE decisions;
+    ALTER TABLE decisions_4 RENAME TO decisions;
+    CREATE INDEX decisions_job ON decisions (job_id, generation);
+    """,
 )
+# The rows of a job id's newest generation (the job that holds the id now).
+_CURRENT = "generation = (SELECT max(generation) FROM decisions AS d WHERE d.job_id = ?)"
 NODE_EVENT_KINDS = ("blamed", "excluded", "drained")
 
 
@@ -178,16 +213,37 @@ class Journal:
     def schema_version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
-    def claim(self, job_id: int, restart: int, owner: str) -> bool:
-        """Take the decision for this job end; False if another decider already has it."""
+    def claim(
+        self, job_id: int, restart: int, owner: str, run_started: float | None = None
+    ) -> bool:
+        """Take the decision for this job end; False if another decider already has it.
+
+        A claim of this (job id, restart) made before `run_started` (when the run now ending
+        started) cannot be this run's: its deciders all claim after it ended. It is another
+        job's that held the id before (MaxJobId wrapped, or slurmctld lost its state), so
+        this job starts a new generation of the id's rows and its history begins empty.
+        Without `run_started` the old claim stands (the run cannot be told apart)."""
         try:
             with self._write() as db:
-                cursor = db.execute(
-                    "INSERT OR IGNORE INTO decisions (job_id, restart, claimed_at, owner) "
-                    "VALUES (?, ?, ?, ?)",
-                    (job_id, restart, time.time(), owner),
+                row = db.execute(
+                    "SELECT max(generation) FROM decisions WHERE job_id = ?", (job_id,)
+                ).fetchone()
+                generation = 0 if row[0] is None else int(row[0])
+                taken = db.execute(
+                    "SELECT claimed_at FROM decisions WHERE job_id = ? AND generation = ? "
+                    "AND restart = ?",
+                    (job_id, generation, restart),
+                ).fetchone()
+                if taken is not None:
+                    if run_started is None or not taken[0] < run_started:
+                        return False
+                    generation += 1
+                db.execute(
+                    "INSERT INTO decisions (job_id, generation, restart, claimed_at, owner) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (job_id, generation, restart, time.time(), owner),
                 )
-                return cursor.rowcount == 1
+                return True
         except sqlite3.Error as exc:
             raise JournalError(f"journal {self.path}: {exc}") from None
 
@@ -209,8 +265,9 @@ class Journal:
         try:
             with self._write() as db:
                 db.execute(
-                    f"UPDATE decisions SET {assignments} WHERE job_id = ? AND restart = ?",
-                    (*columns.values(), job_id, restart),
+                    f"UPDATE decisions SET {assignments} WHERE job_id = ? AND restart = ? "
+                    f"AND {_CURRENT}",
+                    (*columns.values(), job_id, restart, job_id),
                 )
                 db.executemany(
                     "INSERT INTO node_events (node, job_id, at, kind, cause, xid, multi_node) "
@@ -241,8 +298,8 @@ class Journal:
         where: list[str] = ["decided_at IS NOT NULL"]
         args: list[Any] = []
         if job_id is not None:
-            where.append("job_id = ?")
-            args.append(job_id)
+            where.append(f"job_id = ? AND {_CURRENT}")
+            args += [job_id, job_id]
         if node is not None:
             where.append(
                 "(EXISTS (SELECT 1 FROM json_each(decisions.nodes) WHERE value = ?) "

@@ -176,7 +176,10 @@ def decide(
     end = run.end
     log = get_logger(job_id=end.job_id, restart=end.restart)
     owner = f"{os.uname().nodename}:{os.getpid()}"  # gethostname(2), without socket
-    if not journal.claim(end.job_id, end.restart, owner):
+    started_run = observe.run_start(
+        end.start_time, run.job.start_time, end.ended_at, run.requeued_by_slurm
+    )
+    if not journal.claim(end.job_id, end.restart, owner, started_run):
         log.info("decision_already_taken")
         return Outcome(end.job_id, decided=False)
     # gather

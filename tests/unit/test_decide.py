@@ -580,6 +580,23 @@ def test_a_second_decider_for_the_same_job_end_does_nothing(cluster: Cluster) ->
     assert not again.decided and cluster.door.mutations() == []
 
 
+def test_a_job_id_slurm_gave_out_again_is_decided_as_a_new_job(cluster: Cluster) -> None:
+    """Job 7 ended and was decided a day ago; Slurm gives id 7 to a new job (MaxJobId
+    wrapped, or slurmctld lost its state), whose run started after that claim. Its end is
+    decided, with no history: not `decision_already_taken`, and no backoff from the old
+    job's requeue."""
+    cluster.root_record("node2", xid79("node2"))
+    assert cluster.end().decided
+    with closing(sqlite3.connect(cluster.config.decision.journal)) as db, db:
+        db.execute("UPDATE decisions SET claimed_at = claimed_at - 86400")
+    cluster.start_run()
+    again = cluster.end()
+    assert again.decided
+    assert again.decision is not None and again.decision.begin_delay_s == 0
+    (row,) = cluster.journal.decisions(job_id=JOB)
+    assert row.restart == 0
+
+
 def test_a_job_slurm_requeued_itself_is_not_requeued_twice(cluster: Cluster) -> None:
     """Slurm already requeued the job (its prolog failed): only exclusion and summary remain,
     journalled under the run that ended."""

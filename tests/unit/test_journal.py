@@ -129,3 +129,51 @@ def test_root_reading_the_journal_leaves_it_writable_for_slurm_user() -> None:
         assert results.get(timeout=5) is True
     finally:
         shutil.rmtree(state)
+
+
+def test_a_job_id_slurm_gave_out_again_is_another_job(tmp_path: Path) -> None:
+    """Job 42 was decided long ago; Slurm then gives id 42 to a new job (MaxJobId wrapped, or
+    slurmctld lost its state). Its run started after the old claim, so it is claimed as a new
+    generation: decided, with an empty history. Racing deciders of the new run, and a caller
+    that cannot say when the run started, still find the claim taken."""
+    journal = Journal(tmp_path / "j.sqlite")
+    assert journal.claim(42, 0, "old")
+    journal.record(42, 0, {"cause": "gpu_unavailable", "action": "requeue"})
+    assert journal.claim(42, 1, "old")
+    journal.record(42, 1, {"cause": "nccl_timeout", "action": "requeue"})
+    assert [r.restart for r in journal.decisions(job_id=42)] == [1, 0]
+    day_ago = time.time() - 86400
+    with sqlite3.connect(tmp_path / "j.sqlite") as db:  # the old job's claims, a day old
+        db.execute("UPDATE decisions SET claimed_at = ? WHERE job_id = 42", (day_ago,))
+    assert not journal.claim(42, 0, "same run again")  # no start time: cannot tell
+    assert not journal.claim(42, 0, "racing", run_started=day_ago - 60)
+    started = time.time() - 60  # the new job's run started after the old claims
+    assert journal.claim(42, 0, "new", run_started=started)
+    assert journal.decisions(job_id=42) == ()  # the old job's decisions are not its history
+    journal.record(42, 0, {"cause": "user_code", "action": "record_only"})
+    (row,) = journal.decisions(job_id=42)
+    assert (row.restart, row.cause) == (0, "user_code")
+    assert not journal.claim(42, 0, "racing", run_started=started)
+    assert journal.claim(42, 1, "new, requeued", run_started=started + 60)
+    assert len(journal.decisions(job_id=42, limit=10)) == 1  # restart 1 not decided yet
+
+
+def test_a_schema_3_journal_keeps_its_decisions(tmp_path: Path) -> None:
+    """Migration 4 rebuilds the decisions table with the generation key: rows survive."""
+    path = tmp_path / "j.sqlite"
+    with sqlite3.connect(path) as db:
+        for number in range(3):
+            for statement in MIGRATIONS[number].split(";"):
+                if statement.strip():
+                    db.execute(statement)
+        db.execute(
+            "INSERT INTO decisions (job_id, restart, claimed_at, decided_at, owner, cause) "
+            "VALUES (7, 0, 1.0, 2.0, 'x', 'gpu_memory')"
+        )
+        db.execute("PRAGMA user_version=3")
+    journal = Journal(path)
+    assert journal.schema_version == len(MIGRATIONS)
+    (row,) = journal.decisions(job_id=7)
+    assert row.cause == "gpu_memory"
+    assert not journal.claim(7, 0, "the same run", run_started=0.5)
+    assert journal.claim(7, 0, "a new job 7", run_started=3.0)
