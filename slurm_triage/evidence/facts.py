@@ -61,6 +61,12 @@ class Fact(Frozen, kw_only=True):
     time: float | None = None
     source: Source = Source.USER
 
+    def gpu_own(self) -> bool:
+        """Whether this is a node's own GPU fault (an XID, NVML's view of a GPU), which no
+        circuit breaker holds back: a GPU does not fail because a mount hangs elsewhere,
+        while a hung mount's kernel lines or a link down belong to a shared fault."""
+        return False
+
 
 class ProcessExit(Fact, kw_only=True):
     """How a process (the job step's task, or the wrapper's child) ended."""
@@ -123,6 +129,9 @@ class KernelEvent(Fact, kw_only=True):
     pci_bus_id: str | None = None
     detail: str = ""
 
+    def gpu_own(self) -> bool:
+        return self.xid is not None
+
 
 class NvmlCondition(StrEnum):
     """A GPU condition read through NVML (by the wrapper or the epilog)."""
@@ -154,6 +163,9 @@ class NvmlFact(Fact, kw_only=True):
     gpu: str | None = None
     value: int | None = None
     detail: str = ""
+
+    def gpu_own(self) -> bool:
+        return True
 
 
 class CheckStatus(StrEnum):

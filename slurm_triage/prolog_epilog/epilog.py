@@ -182,7 +182,12 @@ def breaker_holds(
     them at once), as the health path's breaker: the node marks the failure in its Slurm
     node Comment, settles `health.breaker_settle_s` so the job's other nodes mark theirs,
     and counts the cluster's nodes failing the same check. '' for a fault no check found
-    (an XID is this node's own) and when Slurm cannot be read (drained as before)."""
+    (an XID is this node's own) and when Slurm cannot be read (drained as before). A node
+    whose GPUs show a fault of their own (an XID in its kernel log, NVML's lost GPU: an XID 79
+    fails gpu.lost too) is judged on that, never held back; kernel lines of a hung mount or
+    a link down are the shared fault's as much as the checks are."""
+    if any(f.gpu_own() for f in record.facts):
+        return ""
     checks = sorted(
         {
             f.check

@@ -224,7 +224,7 @@ def gather_context(
     may_exclude = bool(attribution.nodes) and (
         info(attribution.cause).action is Action.REQUEUE_EXCLUDE
     )
-    checks = failed_checks(attribution)
+    checks = failed_checks(attribution, facts)
     drains = drains_blamed_nodes(config.policy, attribution.cause, attribution.root_backed)
     # The cluster's nodes (a cluster-wide sinfo) only when nodes may be excluded (the
     # must-fit rule) or drained for a failed check (the circuit breaker).
@@ -264,9 +264,14 @@ def own_faults(
     return found
 
 
-def failed_checks(attribution: Attribution) -> tuple[str, ...]:
+def failed_checks(attribution: Attribution, facts: Sequence[Fact]) -> tuple[str, ...]:
     """The health checks whose failure on the blamed nodes is this end's cause (a post-job
-    check in their Epilogs: fs.mounts, ib.ports, ...)."""
+    check in their Epilogs: fs.mounts, ib.ports, ...), when checks alone found it: none when
+    a blamed node's GPUs show a fault of their own (Fact.gpu_own: an XID 79 fails gpu.lost
+    as well, and is that node's)."""
+    blamed = set(attribution.nodes)
+    if any(f.source is Source.ROOT and f.node in blamed and f.gpu_own() for f in facts):
+        return ()
     found = {
         f.check
         for f in attribution.evidence

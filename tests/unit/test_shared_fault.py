@@ -130,6 +130,48 @@ def test_the_epilog_never_holds_back_a_fault_no_check_found() -> None:
     assert door.calls == []
 
 
+def _gpu_lost(node: str) -> tuple[KernelEvent, HealthCheck]:
+    """An XID 79 and the post-job gpu.lost check it fails: the GPU's own fault."""
+    xid = KernelEvent(
+        node=node, time=time.time() - 5, source=Source.ROOT, event=KernelEventKind.XID, xid=79
+    )
+    check = HealthCheck(
+        node=node,
+        time=time.time() - 1,
+        source=Source.ROOT,
+        check="gpu.lost",
+        status=CheckStatus.FAIL,
+        reason="GPU 3 lost",
+        cause=Cause.GPU_UNAVAILABLE,
+    )
+    return xid, check
+
+
+def test_a_gpus_own_fault_that_a_check_also_finds_is_never_held_back() -> None:
+    """XID 79 fails gpu.lost as well: other nodes marked failing gpu.lost (a dev cluster's
+    leftovers, or real lost GPUs elsewhere) do not hold this node back; Slurm is not asked."""
+    config = replace(Config(), health=HealthConfig(breaker_settle_s=0))
+    door = FakeDoor(nodes=node_infos(CLUSTER))
+    for other in ("node2", "node3", "node4"):
+        door.set_node_comment(other, failing_mark("gpu.lost", time.time()))
+    door.calls.clear()
+    record = _record("node1", *_gpu_lost("node1"))
+    assert breaker_holds(config, _end(), record, Cause.GPU_UNAVAILABLE, door=door) == ""
+    assert door.calls == []
+
+
+def test_lost_gpus_on_several_nodes_are_each_drained(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    door = FakeDoor([job_info(JOB, nodes=JOB_NODES, num_nodes=len(JOB_NODES))], node_infos(CLUSTER))
+    door.jobs[JOB] = replace(door.jobs[JOB], state=JobState.RUNNING, start_time=time.time() - 60)
+    for node in ("node1", "node2", "node3"):
+        record = record_to_json(_record(node, *_gpu_lost(node)))
+        store.write_root_record(config.paths.evidence_dir, JOB, node, record)
+    door.end_job(JOB, "FAILED", exit_code=1)
+    outcome = decide(config, _end(), door, Journal(config.decision.journal), {})
+    assert set(outcome.decision.drain) == {"node1", "node2", "node3"}  # type: ignore[union-attr]
+
+
 def test_the_epilog_drains_as_before_when_slurm_cannot_be_read() -> None:
     config = replace(Config(), health=HealthConfig(breaker_settle_s=0))
     door = FakeDoor(nodes=node_infos(CLUSTER))
