@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
+from slurm_triage.journal.records import LifecycleEvent
 from slurm_triage.slurm import JobState, open_door
-from tests.integration.slurmtest import env, run, sbatch, wait_for
+from tests.integration.slurmtest import env, journal, run, sbatch, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +32,11 @@ def door(devcluster):  # type: ignore[no-untyped-def]
 def test_prolog_drains_faulty_node_and_job_runs_elsewhere(devcluster, door) -> None:  # type: ignore[no-untyped-def]
     """XID 79 on node2: the prolog of a job placed there drains node2 with our reason, and
     the jobs all complete on node1/node3."""
+    # The session's earlier tests blamed node2 often enough to make it a lemon, and then the
+    # decision of a job the Prolog turned away relabels the drain `triage: lemon ...`. A
+    # person's release starts its history again (policies.lemons.since_return).
+    released = LifecycleEvent("node2", time.time(), "drained", "release", True, "test start")
+    journal(devcluster).add_lifecycle_events([released])
     assert (
         _triage(
             devcluster, "slurm-triage", "inject", "--node", "node2", "xid=79", "--gpu", "3"
