@@ -16,13 +16,12 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from slurm_triage.attribution import attribute, job_window
+from slurm_triage.attribution import job_window
 from slurm_triage.clock import SYSTEM_CLOCK, Clock
 from slurm_triage.config import Config, node_path
 from slurm_triage.evidence import (
     EvidenceRecord,
     Fact,
-    HealthCheck,
     KernelEvent,
     NvmlCondition,
     NvmlFact,
@@ -36,8 +35,8 @@ from slurm_triage.health_checks.result import CheckStatus
 from slurm_triage.health_checks.runner import FactError, FactSources, Run
 from slurm_triage.logs import get_logger
 from slurm_triage.observe import hooks as observe
-from slurm_triage.policies.rules import drains_blamed_nodes
 from slurm_triage.prolog_epilog.job_end import SLURM_ENV, JobEnd
+from slurm_triage.prolog_epilog.own_fault import checks_alone, own_fault
 from slurm_triage.taxonomy import Cause
 
 if TYPE_CHECKING:
@@ -161,12 +160,7 @@ def node_fault(config: Config, end: JobEnd, record: EvidenceRecord, now: float) 
     this node alone, as the decision's drain step would judge it; None when not."""
     if not (end.failed and config.decision.fail_epilog_on_node_fault and config.policy.act):
         return None
-    found = attribute(record.facts, window=job_window(now))
-    if end.node in found.nodes and drains_blamed_nodes(
-        config.policy, found.cause, found.root_backed
-    ):
-        return found.cause
-    return None
+    return own_fault(config.policy, end.node, record.facts, job_window(now))
 
 
 def breaker_holds(
@@ -186,18 +180,7 @@ def breaker_holds(
     whose GPUs show a fault of their own (an XID in its kernel log, NVML's lost GPU: an XID 79
     fails gpu.lost too) is judged on that, never held back; kernel lines of a hung mount or
     a link down are the shared fault's as much as the checks are."""
-    if any(f.gpu_own() for f in record.facts):
-        return ""
-    checks = sorted(
-        {
-            f.check
-            for f in record.facts
-            if isinstance(f, HealthCheck)
-            and f.status is CheckStatus.FAIL
-            and f.cause is fault
-            and f.node in (None, end.node)
-        }
-    )
+    checks = checks_alone(record.facts, fault, (None, end.node))
     if not checks:
         return ""
     from slurm_triage.actuator import mark_failing

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from slurm_triage.attribution import Attribution, attribute, decode_tail, job_window, logscan
+from slurm_triage.attribution import Attribution, decode_tail, job_window, logscan
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
 from slurm_triage.evidence import (
@@ -31,6 +31,7 @@ from slurm_triage.policies.lemons import FRESH_START, since_return
 from slurm_triage.policies.rules import drains_blamed_nodes
 from slurm_triage.prolog_epilog.ended_run import EndedRun
 from slurm_triage.prolog_epilog.job_end import JobEnd, slurm_env
+from slurm_triage.prolog_epilog.own_fault import checks_alone, own_fault
 from slurm_triage.slurm import JobInfo, NodeInfo, SlurmDoor, SlurmError
 from slurm_triage.taxonomy import Action, Domain, info, parse_cause
 
@@ -224,7 +225,7 @@ def gather_context(
     may_exclude = bool(attribution.nodes) and (
         info(attribution.cause).action is Action.REQUEUE_EXCLUDE
     )
-    checks = failed_checks(attribution, facts)
+    checks = checks_alone(facts, attribution.cause, attribution.nodes)
     drains = drains_blamed_nodes(config.policy, attribution.cause, attribution.root_backed)
     # The cluster's nodes (a cluster-wide sinfo) only when nodes may be excluded (the
     # must-fit rule) or drained for a failed check (the circuit breaker).
@@ -256,31 +257,10 @@ def own_faults(
     for node, theirs in suspects.items():
         if all(isinstance(f, HealthCheck) and f.status is not CheckStatus.FAIL for f in theirs):
             continue  # passing checks only: nothing to judge (most nodes of a large job)
-        alone = attribute(theirs)  # windowed by the node's own Epilog (gather_evidence)
-        if node in alone.nodes and drains_blamed_nodes(
-            config.policy, alone.cause, alone.root_backed
-        ):
-            found[node] = alone.cause.value
+        # Windowed already, by the node's own Epilog (gather_evidence).
+        if (cause := own_fault(config.policy, node, theirs)) is not None:
+            found[node] = cause.value
     return found
-
-
-def failed_checks(attribution: Attribution, facts: Sequence[Fact]) -> tuple[str, ...]:
-    """The health checks whose failure on the blamed nodes is this end's cause (a post-job
-    check in their Epilogs: fs.mounts, ib.ports, ...), when checks alone found it: none when
-    a blamed node's GPUs show a fault of their own (Fact.gpu_own: an XID 79 fails gpu.lost
-    as well, and is that node's)."""
-    blamed = set(attribution.nodes)
-    if any(f.source is Source.ROOT and f.node in blamed and f.gpu_own() for f in facts):
-        return ()
-    found = {
-        f.check
-        for f in attribution.evidence
-        if isinstance(f, HealthCheck)
-        and f.status is CheckStatus.FAIL
-        and f.cause is attribution.cause
-        and f.node in attribution.nodes
-    }
-    return tuple(sorted(found))
 
 
 def read_cluster(door: SlurmDoor) -> tuple[NodeInfo, ...] | None:

@@ -178,3 +178,14 @@ def test_the_epilog_drains_as_before_when_slurm_cannot_be_read() -> None:
     door.fail("nodes", SlurmUnavailable("sinfo: Unable to contact slurm controller"))
     record = _record("node1", _mount_failed("node1"))
     assert breaker_holds(config, _end(), record, Cause.FILESYSTEM, door=door) == ""
+
+
+def test_only_roots_checks_count_toward_a_shared_fault() -> None:
+    """A user's record naming a failed check (any name, e.g. one many nodes are drained for)
+    cannot make a node's real fault look shared: only root's checks are counted."""
+    from slurm_triage.prolog_epilog.own_fault import checks_alone
+
+    forged = replace(_mount_failed("node1"), source=Source.USER, check="gpu.lost")
+    facts = [_mount_failed("node1"), forged]
+    assert checks_alone(facts, Cause.FILESYSTEM, ("node1",)) == ("fs.mounts",)
+    assert checks_alone([*facts, *_gpu_lost("node1")], Cause.FILESYSTEM, ("node1",)) == ()
