@@ -90,7 +90,7 @@ class PolicyInput(Frozen):
     # excluded. "" when not.
     shared_fault: str = ""
     # Nodes of this job, not blamed for its cause, whose own root-collected evidence is a
-    # drain cause (node -> cause), as their Epilogs judged them (epilog.node_fault).
+    # drain cause (node -> cause), as their Epilogs judged them (prolog_epilog.own_fault).
     own_faults: dict[str, str] = field(default_factory=dict)
 
 

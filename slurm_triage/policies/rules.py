@@ -201,11 +201,12 @@ def drains(config: PolicyConfig) -> Policy:
 
     def step(g: PolicyInput, d: Decision) -> Decision:
         drain: list[str] = []
-        if g.blamed and g.shared_fault and drains_blamed_nodes(config, g.cause, g.root_backed):
-            d = d.but(f"not draining {','.join(g.blamed)}: {g.shared_fault}")
-        elif g.blamed and drains_blamed_nodes(config, g.cause, g.root_backed):
-            drain += list(g.blamed)
-            d = d.but(f"drain {','.join(g.blamed)}: root-collected evidence of {g.cause.value}")
+        if g.blamed and drains_blamed_nodes(config, g.cause, g.root_backed):
+            if g.shared_fault:
+                d = d.but(f"not draining {','.join(g.blamed)}: {g.shared_fault}")
+            else:
+                drain += list(g.blamed)
+                d = d.but(f"drain {','.join(g.blamed)}: root-collected evidence of {g.cause.value}")
         elif g.blamed and g.cause.value in config.drain_causes:
             d = d.but(f"not draining {','.join(g.blamed)}: only the job's own evidence")
         for node, cause in sorted(g.own_faults.items()):
