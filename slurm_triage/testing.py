@@ -11,8 +11,11 @@ line backend raises: a job submitted with --no-requeue (or not a batch job) refu
 requeue with `NotRequeueable`; a finished job refuses updates with `InvalidJobState`;
 exclusions and begin times need a pending job; excluded nodes merge with the user's own;
 excluding a node the job requires (`required_nodes`, sbatch -w) is taken and leaves the job
-pending with reason BadConstraints, as Slurm does; a drain needs a reason and replaces
-whatever reason was there, as `scontrol update State=DRAIN` does. It does not protect an
+pending with reason BadConstraints, as Slurm does; a job operation reaches what Slurm's
+name for the job reaches (the door names an array task `A_T` and a het job by its leader:
+a bare number that is an array's id would be every task of it, as in slurmctld); a drain
+needs a reason and replaces whatever reason was there, as `scontrol update State=DRAIN`
+does. It does not protect an
 admin's drain (Slurm would not either): it records every drain, resume or relabel of a
 node an admin drained (a reason without our `triage: ` prefix) in `admin_drains_touched`,
 which a test asserts empty.
@@ -20,12 +23,13 @@ which a test asserts empty.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from slurm_triage.policies.reasons import DRAIN_PREFIX
+from slurm_triage.policies.reasons import DRAIN_PREFIX, may_replace_drain
 from slurm_triage.slurm import arguments
 from slurm_triage.slurm.cli_backend import accounting_argv
 from slurm_triage.slurm.door import SlurmDoor
@@ -152,11 +156,12 @@ class FakeDoor(SlurmDoor):
         self.sacct_records: list[Mapping[str, str]] = []
         self.accounting: dict[int, JobInfo] = {}
         self.node_table: dict[str, NodeInfo] = {n.name: n for n in nodes}
-        # Drained by someone else until resumed, whatever reason we may have written over it.
+        # Taken out by someone else (drained, DOWN or FAIL with an admin's reason) until
+        # resumed, whatever reason we may have written over it.
         self._admin_drained = {
             n.name
             for n in self.node_table.values()
-            if n.drained and not n.reason.startswith(DRAIN_PREFIX)
+            if n.taken_out and not n.reason.startswith(DRAIN_PREFIX) and not may_replace_drain(n)
         }
         self.calls: list[Call] = []
         self.admin_drains_touched: list[Call] = []
@@ -380,14 +385,24 @@ class FakeDoor(SlurmDoor):
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._enter("requeue", job_id, hold=hold)
         verb = "requeuehold" if hold else "requeue"
-        job = self._controller_job(job_id, f"scontrol {verb} {job_id}")
+        spec = self._controller_job(job_id, f"scontrol {verb} {job_id}").whole_job_spec
+        command = f"scontrol {verb} {spec}"
+        if "+" in spec:  # job_requeue2 reads a number, optionally `_task`
+            raise JobNotFound(f"{command}: Invalid job id specified")
+        addressed = self._addressed(spec, command)
+        named = self.jobs.get(int(spec)) if spec.isdigit() else None
+        if named is not None and named.het_job_id not in (None, named.job_id):
+            raise SlurmCommandError(f"{command}: Job not heterogeneous job leader")
+        _each(addressed, lambda job: self._requeue_one(job, hold, command))
+
+    def _requeue_one(self, job: JobInfo, hold: bool, command: str) -> None:
+        job_id = job.job_id
         if not (job.batch and job.requeue):
             raise NotRequeueable(
-                f"scontrol {verb} {job_id}: Requested operation is presently disabled "
-                f"for job {job_id}"
+                f"{command}: Requested operation is presently disabled for job {job_id}"
             )
         if job.state is JobState.PENDING:
-            raise InvalidJobState(f"scontrol {verb} {job_id}: Job is pending execution")
+            raise InvalidJobState(f"{command}: Job is pending execution")
         self.jobs[job_id] = replace(
             job,
             state=JobState.PENDING,
@@ -404,24 +419,50 @@ class FakeDoor(SlurmDoor):
 
     def hold(self, job_id: int) -> None:
         self._enter("hold", job_id)
-        job = self._controller_job(job_id, f"scontrol hold {job_id}")
-        # Slurm answers 0 for a job past pending too (it only zeroes its priority).
-        if job.state is JobState.PENDING:
-            self.jobs[job_id] = replace(job, state_reason="JobHeldAdmin")
+        spec = self._controller_job(job_id, f"scontrol hold {job_id}").whole_job_spec
+        for job in self._addressed(spec, f"scontrol hold {spec}"):
+            # Slurm answers 0 for a job past pending too (it only zeroes its priority).
+            if job.state is JobState.PENDING:
+                self.jobs[job.job_id] = replace(job, state_reason="JobHeldAdmin")
 
     def release(self, job_id: int) -> None:
         self._enter("release", job_id)
-        job = self._controller_job(job_id, f"scontrol release {job_id}")
+        spec = self._controller_job(job_id, f"scontrol release {job_id}").whole_job_spec
+        command = f"scontrol release {spec}"
+        _each(self._addressed(spec, command), lambda job: self._release_one(job, command))
+
+    def _release_one(self, job: JobInfo, command: str) -> None:
         if job.state not in (JobState.PENDING, JobState.REQUEUE_HOLD):
-            raise InvalidJobState(f"scontrol release {job_id}: Job is no longer pending execution")
-        self.jobs[job_id] = replace(job, state=JobState.PENDING, state_reason="None")
+            raise InvalidJobState(f"{command}: Job is no longer pending execution")
+        self.jobs[job.job_id] = replace(job, state=JobState.PENDING, state_reason="None")
 
     def cancel(self, job_id: int) -> None:
         self._enter("cancel", job_id)
-        job = self.jobs.get(job_id)
-        if job is None or job.state.finished:
+        known = self.jobs.get(job_id)
+        if known is None:
             return  # scancel exits 0 for an ended or unknown job when it sends SIGKILL
-        self.jobs[job_id] = replace(job, state=JobState.CANCELLED, state_reason="None")
+        spec = known.whole_job_spec
+        if (
+            spec == str(job_id)
+            and known.array_job_id not in (None, job_id)
+            and self._before((23, 2, 6))
+        ):
+            # 22.05's job_str_signal looks for tasks of an array with this number, finds
+            # none and answers "already done": nothing is signalled, scancel exits 0.
+            return
+        command = f"scancel {spec}"
+        named = self.jobs.get(int(spec)) if spec.isdigit() else None
+        if (
+            named is not None
+            and named.het_job_id not in (None, named.job_id)
+            and named.state is JobState.PENDING
+        ):
+            raise SlurmCommandError(
+                f"{command}: Operation not permitted on individual component of heterogeneous job"
+            )
+        for job in self._addressed(spec, command):
+            if not job.state.finished:
+                self.jobs[job.job_id] = replace(job, state=JobState.CANCELLED, state_reason="None")
 
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
@@ -434,39 +475,44 @@ class FakeDoor(SlurmDoor):
             raise NodeNotFound(f"scontrol update JobId={job_id} ...: Invalid node name specified")
         if merge:
             wanted = list(dict.fromkeys([*job.excluded_nodes, *wanted]))
-        job = replace(job, excluded_nodes=tuple(wanted))
-        if set(wanted) & set(job.required_nodes):
-            # Slurm takes the update, and the job can then never start.
-            job = replace(job, state_reason="BadConstraints")
-        self.jobs[job_id] = job
+
+        def exclude(record: JobInfo) -> JobInfo:
+            record = replace(record, excluded_nodes=tuple(wanted))
+            if set(wanted) & set(record.required_nodes):
+                # Slurm takes the update, and the job can then never start.
+                record = replace(record, state_reason="BadConstraints")
+            return record
+
+        self._update(job_id, "ExcNodeList", exclude)
         return tuple(wanted)
 
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
         self._enter("set_begin_time", job_id, delay_s)
         self._pending_job(job_id, "StartTime")
+        self._update(job_id, "StartTime", lambda record: record)
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         self._enter("set_admin_comment", job_id, text)
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")
-        job = self._controller_job(job_id, f"scontrol update JobId={job_id} ...")
-        # slurmctld judges the base state (IS_JOB_FINISHED): a COMPLETING job has ended,
-        # unless Slurm already requeued it (PENDING under COMPLETING).
-        ended = job.state is JobState.COMPLETING and job.base_state is not JobState.PENDING
-        if job.state.finished or ended:
-            raise InvalidJobState(f"scontrol update JobId={job_id} ...: Job has already finished")
-        self.jobs[job_id] = replace(job, admin_comment=text)
+        self._controller_job(job_id, f"scontrol update JobId={job_id} ...")
+        self._update(job_id, "AdminComment", lambda record: replace(record, admin_comment=text))
 
     def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
         """As sacctmgr: the latest run's record in accounting; its value lowercased and its
-        quotes turned into backticks (strip_quotes in sacctmgr/common.c)."""
+        quotes turned into backticks (strip_quotes in sacctmgr/common.c). `JobID=N` selects
+        job N, every task of array N and every component of het job N; `A_T` and `L+O` one
+        record (as_mysql_jobacct_process.c, 22.05 and 25.11)."""
         self._enter("set_accounted_admin_comment", job_id, text)
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")
         if job_id not in self.accounting:
             raise SlurmCommandError(f"sacctmgr modify job {job_id}: Nothing modified")
+        spec = self.accounting[job_id].record_spec
         mangled = text.lower().replace('"', "`").replace("'", "`")
-        self.accounting[job_id] = replace(self.accounting[job_id], admin_comment=mangled)
+        for record in list(self.accounting.values()):
+            if _accounting_selects(spec, record):
+                self.accounting[record.job_id] = replace(record, admin_comment=mangled)
 
     def drain(self, node: str, reason: str) -> None:
         self._enter("drain", node, reason)
@@ -492,7 +538,11 @@ class FakeDoor(SlurmDoor):
         self._watch_admin_drain(current)
         self._admin_drained.discard(node)
         self._close_event(node)
-        flags = current.flags - {NodeFlag.DRAIN, NodeFlag.FAIL}
+        # State=RESUME clears DRAIN, FAIL and a pending reboot, and a node powering down is
+        # taken as powered down (node_mgr.c update_node, 22.05 and 25.11).
+        flags = current.flags - {NodeFlag.DRAIN, NodeFlag.FAIL, *_REBOOT_FLAGS}
+        if "POWERING_DOWN" in flags:
+            flags = (flags - {"POWERING_DOWN"}) | {NodeFlag.POWERED_DOWN}
         state = "IDLE" if current.state in ("DOWN", "FAIL") else current.state
         self.node_table[node] = replace(
             current, state=state, flags=flags, reason="", reason_user="", reason_time=None
@@ -508,12 +558,14 @@ class FakeDoor(SlurmDoor):
             return  # slurmctld skips it ("Skipping reboot of nodes ..."), rc 0
         self._watch_admin_drain(current)
         self._record_down(current, reason, f"{self.actor}({self.actor_uid})")
-        drained = _drained(current, reason, self.actor)
-        self.node_table[node] = replace(
-            drained,
-            flags=drained.flags | {NodeFlag.REBOOT_REQUESTED},
-            reason_time=int(self.clock().timestamp()),
+        drained = replace(
+            _drained(current, reason, self.actor), reason_time=int(self.clock().timestamp())
         )
+        # The CLI door's drain goes through; slurmctld skips the reboot itself with rc 0 for
+        # a node powered down or powering down (proc_req.c, 22.05 and 25.11).
+        skipped = bool(_POWER_DOWN_FLAGS & current.flags)
+        flags = drained.flags if skipped else drained.flags | {NodeFlag.REBOOT_REQUESTED}
+        self.node_table[node] = replace(drained, flags=flags)
 
     def reservations(self) -> tuple[ReservationInfo, ...]:
         self._enter("reservations")
@@ -655,6 +707,61 @@ class FakeDoor(SlurmDoor):
             raise JobNotFound(f"{command}: Invalid job id specified")
         return self.jobs[job_id]
 
+    def _addressed(self, spec: str, command: str) -> list[JobInfo]:
+        """The jobs slurmctld acts on for a job spec (job_mgr.c job_requeue2, update_job_str,
+        job_str_signal; 22.05 and 25.11): `A_T` that array task, `L+O` that het job
+        component, a number its own job, except that the number an array task shares with
+        its array is every task of the array, and a het leader's every component."""
+        match = re.fullmatch(r"(\d+)(?:_(\d+)|\+(\d+))?", spec)
+        number = int(match[1]) if match else 0
+        named = self.jobs.get(number)
+        if match is None:
+            found = []
+        elif match[2] is not None:
+            task = (number, int(match[2]))
+            found = [j for j in self.jobs.values() if (j.array_job_id, j.array_task_id) == task]
+        elif match[3] is not None:
+            part = (number, int(match[3]))
+            found = [j for j in self.jobs.values() if (j.het_job_id, j.het_job_offset) == part]
+        elif named is not None and named.het_job_id == number:
+            found = [j for j in self.jobs.values() if j.het_job_id == number]
+        elif named is not None and named.array_job_id == number:
+            found = [j for j in self.jobs.values() if j.array_job_id == number]
+        else:
+            found = [named] if named is not None else []
+        if not found:
+            raise JobNotFound(f"{command}: Invalid job id specified")
+        return found
+
+    def _update(self, job_id: int, what: str, change: Callable[[JobInfo], JobInfo]) -> None:
+        """`scontrol update JobId=<the job's record_spec> <what>=...`: each record the spec
+        addresses changed, each refused alone as slurmctld does (a finished job takes no
+        update; exclusions and begin times need a pending one), the first refusal raised."""
+        spec = self._controller_job(job_id, f"scontrol update JobId={job_id} ...").record_spec
+        command = f"scontrol update JobId={spec} {what}=..."
+
+        def one(record: JobInfo) -> None:
+            # slurmctld judges the base state (IS_JOB_FINISHED): a COMPLETING job has ended,
+            # unless Slurm already requeued it (PENDING under COMPLETING).
+            ended = (
+                record.state is JobState.COMPLETING and record.base_state is not JobState.PENDING
+            )
+            if record.state.finished or ended:
+                raise InvalidJobState(f"{command}: Job has already finished")
+            if what != "AdminComment" and record.state not in (
+                JobState.PENDING,
+                JobState.REQUEUE_HOLD,
+            ):
+                raise SlurmCommandError(f"{command}: Job is no longer pending execution")
+            self.jobs[record.job_id] = change(record)
+
+        _each(self._addressed(spec, command), one)
+
+    def _before(self, release: tuple[int, int, int]) -> bool:
+        """Whether this Slurm's version is older than `release` (major, minor, micro)."""
+        parts = tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
+        return parts < release
+
     def _pending_job(self, job_id: int, what: str) -> JobInfo:
         command = f"scontrol update JobId={job_id} {what}=..."
         job = self._controller_job(job_id, command)
@@ -691,6 +798,28 @@ class FakeDoor(SlurmDoor):
     def _watch_admin_drain(self, node: NodeInfo) -> None:
         if node.name in self._admin_drained:
             self.admin_drains_touched.append(self.calls[-1])
+
+
+def _each(jobs: Iterable[JobInfo], act: Callable[[JobInfo], None]) -> None:
+    """Act on every job; slurmctld answers each task of an array apart, and scontrol exits
+    non-zero with the first failure: raised once all were tried."""
+    errors: list[Exception] = []
+    for job in jobs:
+        try:
+            act(job)
+        except SlurmCommandError as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+def _accounting_selects(spec: str, record: JobInfo) -> bool:
+    """Whether `sacctmgr modify job where JobID=<spec>` changes the record: `A_T` and `L+O`
+    name one; a number N is job N, every task of array N and every component of het job N."""
+    if "_" in spec or "+" in spec:
+        return record.record_spec == spec
+    number = int(spec)
+    return number in (record.job_id, record.array_job_id, record.het_job_id)
 
 
 def _accounted(job: JobInfo) -> JobInfo:
@@ -731,10 +860,15 @@ def _appended(reason: str, message: str) -> str:
     return reason if f" : {message}" in reason else f"{reason} : {message}"
 
 
+_REBOOT_FLAGS = frozenset({NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED})
+_POWER_DOWN_FLAGS = frozenset({"POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN"})
+
+
 def _drained(node: NodeInfo, reason: str, user: str) -> NodeInfo:
+    """State=DRAIN: sets DRAIN and clears FAIL (node_mgr.c update_node)."""
     return replace(
         node,
-        flags=node.flags | {NodeFlag.DRAIN},
+        flags=(node.flags - {NodeFlag.FAIL}) | {NodeFlag.DRAIN},
         reason=reason,
         reason_user=user,
         reason_time=0,

@@ -244,10 +244,11 @@ def _drain(
     for node in nodes:
         try:
             current = door.node(node)
-            if not may_replace_drain(current.drained, current.reason) and not (
+            # Out of service (drained, DOWN or FAIL) by us or an admin: leave it as it is.
+            if not may_replace_drain(current) and not (
                 node in lemons and _relabel_as_lemon(current.reason)
             ):
-                skipped.append(node)  # ours already, or an admin's: leave it as it is
+                skipped.append(node)
                 continue
             door.drain(node, node_reasons.get(node, reason))
             drained.append(node)

@@ -1,5 +1,6 @@
 """A health run's NodeDecision carried out through the Slurm door (dry-run capable), and
-the circuit breaker's failing marks in the node Comment (policies.breaker).
+the circuit breaker's failing marks in the node Comment (policies.breaker). An admin's text
+in the Comment is never erased: the mark goes after it, and its clear leaves it.
 
 A dry run changes nothing in Slurm and says so in the decision it returns (`dry_run`), so
 what it would have drained is recorded like what it would have excluded.
@@ -7,11 +8,13 @@ what it would have drained is recorded like what it would have excluded.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import replace
 
 from slurm_triage.logs import get_logger
-from slurm_triage.policies.breaker import failing_mark
+from slurm_triage.policies.breaker import failing_mark, split_failing_mark
 from slurm_triage.policies.nodes import NodeDecision, NodeOutcome
+from slurm_triage.slurm.arguments import MAX_REASON_CHARS
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import SlurmError
 
@@ -47,11 +50,31 @@ def carry_out_node(decision: NodeDecision, door: SlurmDoor, *, dry_run: bool) ->
     return replace(decision, applied=True)
 
 
-def mark_failing(door: SlurmDoor, node: str, check: str, now: float) -> None:
-    """Say in the node's Comment that it is failing `check` (the breaker counts it)."""
-    door.set_node_comment(node, failing_mark(check, now))
+class MarkOutcome(enum.StrEnum):
+    MARKED = "marked"  # the Comment held nothing else: it is the mark
+    APPENDED = "appended"  # after someone else's text, which stays
+    SKIPPED = "skipped"  # someone else's text leaves no room for it: not marked, text kept
+
+
+def mark_failing(door: SlurmDoor, node: str, check: str, now: float) -> MarkOutcome:
+    """Say in the node's Comment that it is failing `check` (the breaker counts it), after
+    any text of someone else's there (read now: an admin's note, an inventory tag), which is
+    kept. A text so long that the doors' cut (MAX_REASON_CHARS) would take the mark off is
+    left alone and the node goes unmarked: SKIPPED, logged."""
+    others, _ = split_failing_mark(door.node(node).comment)
+    mark = failing_mark(check, now)
+    text = f"{others} {mark}" if others else mark
+    if len(text) > MAX_REASON_CHARS:
+        get_logger(node=node).warning("health_failing_mark_skipped", check=check, chars=len(others))
+        return MarkOutcome.SKIPPED
+    door.set_node_comment(node, text)
+    return MarkOutcome.APPENDED if others else MarkOutcome.MARKED
 
 
 def clear_failing_mark(door: SlurmDoor, node: str) -> None:
-    """The node passes again: its failing mark no longer counts toward the breaker."""
-    door.set_node_comment(node, "")
+    """The node passes again: its failing mark no longer counts toward the breaker. Only
+    the mark goes; someone else's text before it stays (nothing is written without one)."""
+    comment = door.node(node).comment
+    others, mark = split_failing_mark(comment)
+    if mark:
+        door.set_node_comment(node, others)

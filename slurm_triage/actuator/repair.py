@@ -14,7 +14,9 @@ What each does in Slurm (read from SchedMD's source, 22.05 and 25.11 alike):
   and ReturnToService=2 then returns the node at its next ping answer, " : reboot complete"
   appended.) A reboot that never comes back is DOWN after ResumeTimeout (" : reboot timed
   out" appended). A node whose reboot is already pending is skipped by slurmctld with no
-  error: ALREADY here.
+  error: ALREADY here. So is a node powered down or powering down (proc_req.c): the drain
+  still writes our reason, the result's detail says the reboot was skipped, and the
+  lifecycle counts the node's power up as its reboot.
 - `request_gpu_reset`: drains the node with `reason` (`triage: repairing gpu_reset ...`);
   the node's own HealthCheckProgram resets the GPU when the node is idle (root on the node:
   the controller cannot) and rewrites the reason.
@@ -30,6 +32,14 @@ What each does in Slurm (read from SchedMD's source, 22.05 and 25.11 alike):
 - `end_burn_in`: `scontrol delete ReservationName=...`; one already gone is ALREADY.
 - `send_to_rma`: drains the node with `reason` (`triage: rma ...`); nothing of ours resumes
   it (a person does, `slurm-triage nodes release`).
+- `fail_burn_in`: drains the node with `reason` (`triage: burn-in failed ...`) before its
+  reservation ends, so nothing else lands there.
+
+Each drain (the reboot's too) re-reads the node first and is NOT_OURS, changing nothing,
+when someone else took it out since the pass read it: drained, DOWN or FAIL with a reason
+that is not ours (policies.reasons.may_replace_drain): an admin's drain is never overwritten.
+`start_burn_in` is NOT_OURS for a node taken out with any reason not ours: its resume would
+undo that.
 - `mark_suspect`: `scontrol update NodeName= Weight=<weight>` and the `feature` added to
   AvailableFeatures and ActiveFeatures, so larger jobs land elsewhere first and jobs may
   ask `--constraint=!triage_suspect`; the node's weight and features before are in the
@@ -41,7 +51,8 @@ What each does in Slurm (read from SchedMD's source, 22.05 and 25.11 alike):
 Every function takes `dry_run` (`policy.act = false`): then nothing changes in Slurm (reads
 still happen) and the outcome is DRY_RUN. None raises for Slurm's answers: each returns a
 RepairResult whose outcome says what happened and whose `detail` carries Slurm's words,
-and logs it with a constant event name (repair_applied, repair_dry_run, repair_failed).
+and logs it with a constant event name (repair_applied, repair_dry_run, repair_not_ours,
+repair_failed).
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from slurm_triage.logs import get_logger
+from slurm_triage.policies.reasons import is_ours, may_replace_drain
 from slurm_triage.slurm.door import SlurmDoor
 from slurm_triage.slurm.errors import (
     ReservationNotFound,
@@ -71,6 +83,7 @@ class RepairAction(enum.StrEnum):
     GPU_RESET_DONE = "gpu_reset_done"
     START_BURN_IN = "start_burn_in"
     END_BURN_IN = "end_burn_in"
+    FAIL_BURN_IN = "fail_burn_in"
     RMA = "rma"
     MARK_SUSPECT = "mark_suspect"
     CLEAR_SUSPECT = "clear_suspect"
@@ -83,6 +96,7 @@ class RepairOutcome(enum.StrEnum):
     REFUSED = "refused"  # Slurm said no (unknown node, bad value, reservation in use, ...)
     UNAVAILABLE = "unavailable"  # slurmctld unreachable or too slow: try again later
     UNKNOWN = "unknown"  # anything else (unreadable output, a failed exec)
+    NOT_OURS = "not_ours"  # someone else took the node out meanwhile: left as it is
 
 
 @dataclass(frozen=True)
@@ -135,11 +149,16 @@ def reboot_node(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> Re
     result = RepairResult(RepairAction.REBOOT, node, RepairOutcome.APPLIED, detail=reason)
 
     def act() -> RepairResult:
-        if door.node(node).reboot_pending:
+        info = door.node(node)
+        if info.reboot_pending:
             return replace(result, outcome=RepairOutcome.ALREADY, detail="reboot pending")
+        if not _ours_to_drain(info):
+            return _not_ours(result, info)
         if dry_run:
             return replace(result, outcome=RepairOutcome.DRY_RUN)
         door.reboot(node, reason)
+        if info.powered_down or info.power_changing:
+            return replace(result, detail=f"{reason} (powered down: slurmctld skips the reboot)")
         return result
 
     return _finish(result, act)
@@ -159,6 +178,11 @@ def finish_gpu_reset(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) 
 def send_to_rma(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
     """Drain the node for a person to send it for repair; it is never resumed by us."""
     return _drain(RepairAction.RMA, door, node, reason, dry_run=dry_run)
+
+
+def fail_burn_in(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
+    """Drain the node whose burn-in failed, before its reservation ends."""
+    return _drain(RepairAction.FAIL_BURN_IN, door, node, reason, dry_run=dry_run)
 
 
 def start_burn_in(
@@ -183,6 +207,9 @@ def start_burn_in(
 
     def act() -> RepairResult:
         nonlocal step
+        info = door.node(node)
+        if info.taken_out and not is_ours(info.reason):  # resuming would undo it
+            return _not_ours(result, info)
         held = {r.name: r for r in door.reservations()}
         if reservation in held and node not in held[reservation].nodes:
             raise SlurmCommandError(
@@ -197,7 +224,7 @@ def start_burn_in(
         if reservation not in held:
             door.create_reservation(reservation, node, duration_s, users)
         step = "resume"
-        if _out_of_service(door.node(node)):
+        if door.node(node).taken_out:
             door.resume(node)
         step = "submit"
         job_id = door.submit_burn_in(
@@ -246,9 +273,11 @@ def mark_suspect(
 
     def act() -> RepairResult:
         info = door.node(node)
+        # Never the suspect weight itself as the weight before: a mark whose weight went
+        # through and whose features did not leaves it, and the clear would restore it.
         before = replace(
             result,
-            weight_before=info.weight,
+            weight_before=info.weight if info.weight != weight else None,
             features_before=info.features,
             active_features_before=info.active_features,
         )
@@ -310,12 +339,26 @@ def _drain(
     result = RepairResult(action, node, RepairOutcome.APPLIED, detail=reason)
 
     def act() -> RepairResult:
+        info = door.node(node)  # now, not as the pass read it: an admin may have drained it
+        if not _ours_to_drain(info):
+            return _not_ours(result, info)
         if dry_run:
             return replace(result, outcome=RepairOutcome.DRY_RUN)
         door.drain(node, reason)
         return result
 
     return _finish(result, act)
+
+
+def _ours_to_drain(info: NodeInfo) -> bool:
+    """In service, or out with our reason, none, or Slurm's own for a node fault."""
+    return is_ours(info.reason) or may_replace_drain(info)
+
+
+def _not_ours(result: RepairResult, info: NodeInfo) -> RepairResult:
+    reason = " ".join(info.reason.split())[:200]
+    detail = f"{info.label} by someone else meanwhile: {reason!r}; left as it is"
+    return replace(result, outcome=RepairOutcome.NOT_OURS, detail=detail)
 
 
 def _finish(
@@ -338,6 +381,8 @@ def _finish(
     if done.ok:
         event = "repair_dry_run" if done.dry_run else "repair_applied"
         log.info(event, action=done.action.value, outcome=done.outcome.value, detail=done.detail)
+    elif done.outcome is RepairOutcome.NOT_OURS:
+        log.warning("repair_not_ours", action=done.action.value, detail=done.detail)
     else:
         log.error(
             "repair_failed",
@@ -351,10 +396,6 @@ def _finish(
 def _said(exc: BaseException, step: Callable[[], str] | None) -> str:
     text = " ".join(str(exc).split())[:300] or type(exc).__name__
     return f"{step()}: {text}" if step else text
-
-
-def _out_of_service(info: NodeInfo) -> bool:
-    return info.drained or info.state == "DOWN" or info.failed
 
 
 def _with(features: tuple[str, ...], feature: str) -> tuple[str, ...]:

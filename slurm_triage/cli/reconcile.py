@@ -1,11 +1,12 @@
 """`slurm-triage nodes reconcile`: one pass of the node lifecycle over the cluster (issue 16).
 
-Gather (the nodes, the burn-in reservations, each burn-in job's end, the journal's lifecycle
-steps and node events, the XIDs that took a node out) -> decide (policies.lifecycle, pure)
--> act (actuator.repair, dry-run capable) -> record (the journal's lifecycle table; every
-step with its reason). Run every minute on the controller (contrib/slurm-triage-reconcile.
-timer). Idempotent: a pass that finds every node where the last one left it changes nothing
-in Slurm and records nothing; a step Slurm already shows is ALREADY, not done twice.
+Gather (the nodes, the burn-in reservations, the burn-in job's end of each node in burn-in,
+the journal's lifecycle steps and node events, the XIDs that took a node out) -> decide
+(policies.lifecycle, pure) -> act (actuator.repair, dry-run capable) -> record (the
+journal's lifecycle table; every step with its reason). Run every minute on the controller
+(contrib/slurm-triage-reconcile.timer). Idempotent: a pass that finds every node where the
+last one left it changes nothing in Slurm and records nothing; a step Slurm already shows is
+ALREADY, not done twice.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurm_triage.actuator import commands, repair
+from slurm_triage.actuator import repair
 from slurm_triage.actuator.repair import RepairAction, RepairOutcome, RepairResult
 from slurm_triage.attribution.xid import NodeAction, lookup
 from slurm_triage.clock import SYSTEM_CLOCK, Clock
@@ -23,7 +24,6 @@ from slurm_triage.config import Config
 from slurm_triage.job_state import JobState
 from slurm_triage.journal import Journal
 from slurm_triage.journal.records import LifecycleEvent, NodeEvent
-from slurm_triage.logs import get_logger
 from slurm_triage.policies.drain_words import read_reason
 from slurm_triage.policies.lemons import FRESH_START, NodeSignals, node_signals, since_return
 from slurm_triage.policies.lifecycle import (
@@ -109,6 +109,17 @@ def burn_in_state(door: SlurmDoor, job_id: int | None) -> BurnIn:
     return BurnIn.PASSED if ok else BurnIn.FAILED
 
 
+def _burn_in(door: SlurmDoor, steps: Sequence[LifecycleEvent], state: NodeLifecycle) -> BurnIn:
+    """The node's burn-in job's end, asked of Slurm only for a node in burn-in (the only
+    state that reads it): a pass over thousands of nodes, hundreds of them repaired within
+    the window, would otherwise query slurmctld, and accounting for each job gone, per node."""
+    if state is not NodeLifecycle.BURN_IN:
+        return BurnIn.NOT_READ
+    wanted = LifecycleAction.START_BURN_IN.value
+    started = next((s for s in reversed(steps) if s.action == wanted and s.applied), None)
+    return burn_in_state(door, started.job_id if started else None)
+
+
 @dataclass(frozen=True)
 class _Cluster:
     nodes: tuple[NodeInfo, ...]
@@ -182,19 +193,11 @@ def reconcile(
             continue
         steps = cluster.steps.get(node.name, ())
         events = cluster.events.get(node.name, ())
-        started = next(
-            (
-                s
-                for s in reversed(steps)
-                if s.action == LifecycleAction.START_BURN_IN.value and s.applied
-            ),
-            None,
-        )
         given = LifecycleInput(
             node=node,
             reservation=cluster.reservations.get(burn_in_reservation(node.name)),
             steps=steps,
-            burn_in=burn_in_state(door, started.job_id if started else None),
+            burn_in=_burn_in(door, steps, states[node.name]),
             signals=_signals(config, steps, events, node.name),
             xid_repair=_xid_repair(node, events),
             now=now,
@@ -251,7 +254,7 @@ def _carry_out(
     elif action is A.RETURN_TO_SERVICE:
         results.append(repair.end_burn_in(door, node, reservation=reservation, dry_run=dry_run))
     elif action is A.FAIL_BURN_IN:
-        results.append(_drain(door, node, decision.drain_reason, dry_run=dry_run))
+        results.append(repair.fail_burn_in(door, node, decision.drain_reason, dry_run=dry_run))
         results.append(repair.end_burn_in(door, node, reservation=reservation, dry_run=dry_run))
     elif action is A.SEND_TO_RMA:
         results.append(repair.send_to_rma(door, node, decision.drain_reason, dry_run=dry_run))
@@ -288,19 +291,6 @@ def _start_burn_in(
         time_limit_min=cfg.burn_in_time_limit_min,
         dry_run=dry_run,
     )
-
-
-def _drain(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> RepairResult:
-    """The failed burn-in's drain (before its reservation ends, so nothing lands there)."""
-    result = RepairResult(RepairAction.END_BURN_IN, node, RepairOutcome.APPLIED, detail=reason)
-    if dry_run:
-        return replace(result, outcome=RepairOutcome.DRY_RUN)
-    try:
-        commands.drain(door, node, reason)
-    except SlurmError as exc:
-        get_logger(node=node).error("repair_failed", action="drain", detail=str(exc))
-        return replace(result, outcome=RepairOutcome.REFUSED, detail=str(exc)[:300])
-    return result
 
 
 def _record(

@@ -5,7 +5,9 @@ When a check already drained more than `breaker_max_share` of the cluster (and a
 fault, so we stop draining for it and say so. Before draining, a node writes
 `triage-failing <check> <time>` into its Slurm node Comment and settles a few seconds
 (prolog_epilog.node_action); nodes marked that way count as failing too, so a check failing
-on every node at once drains nothing. Pure: the cluster's nodes and the time are given.
+on every node at once drains nothing. The mark is the Comment's last three words: text an
+admin keeps there stays before it, and clearing the mark leaves that text as it was. Pure:
+the cluster's nodes and the time are given.
 """
 
 from __future__ import annotations
@@ -25,15 +27,27 @@ def failing_mark(check: str, now: float) -> str:
     return f"{FAILING_MARK} {check} {int(now)}"
 
 
+def split_failing_mark(comment: str) -> tuple[str, str]:
+    """A node Comment as (someone else's text, our failing mark): the mark is its last three
+    words `triage-failing <check> <digits>`, or, as earlier builds wrote it, a Comment that
+    starts with `triage-failing` is ours whole. Either part may be ''."""
+    words = comment.split()
+    if len(words) >= 3 and words[-3] == FAILING_MARK and words[-1].isdigit():
+        return " ".join(words[:-3]), " ".join(words[-3:])
+    if words[:1] == [FAILING_MARK]:
+        return "", " ".join(words)
+    return " ".join(words), ""
+
+
 def has_failing_mark(comment: str) -> bool:
-    """Whether a node Comment is our failing mark (any check, any time)."""
-    return comment.startswith(FAILING_MARK)
+    """Whether a node Comment holds our failing mark (any check, any time)."""
+    return bool(split_failing_mark(comment)[1])
 
 
 def marked_failing(node: NodeInfo, check: str, now: float, window_s: float) -> bool:
     """Whether `node` marked itself failing `check` within the window."""
-    words = node.comment.split()
-    if len(words) != 3 or words[0] != FAILING_MARK or words[1] != check:
+    words = split_failing_mark(node.comment)[1].split()
+    if len(words) != 3 or words[1] != check:
         return False
     return words[2].isdigit() and now - int(words[2]) <= window_s
 

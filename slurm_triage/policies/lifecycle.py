@@ -91,6 +91,7 @@ class BurnIn(enum.StrEnum):
     PASSED = "passed"  # COMPLETED, exit 0
     FAILED = "failed"  # any other end
     UNKNOWN = "unknown"  # Slurm could not say
+    NOT_READ = "not_read"  # not asked: only a node in burn-in needs it (reconcile)
 
 
 # A health check's failure: what fixes it (docs/repair.md). NVIDIA's resolutions: a GPU off
@@ -314,10 +315,33 @@ def decide_lifecycle(
         return _suspect(base, given, history, config)
     if state is NodeLifecycle.DRAINED:
         limit = repair_limit(config, cluster_size)
-        return _drained(base, words, given, history, config, in_repair, limit)
-    if state is NodeLifecycle.REPAIRING:
-        return _repairing(base, words, history, config, given)
-    return _burning_in(base, given, history, config)
+        step = _drained(base, words, given, history, config, in_repair, limit)
+    elif state is NodeLifecycle.REPAIRING:
+        step = _repairing(base, words, history, config, given)
+    else:
+        step = _burning_in(base, given, history, config)
+    return _reboot_first(base, step, node)
+
+
+# What a pending reboot holds back: each would resume the node (the burn-in's start), or ask
+# a repair slurmctld skips for a node whose reboot is pending (proc_req.c).
+_WAITS_FOR_REBOOT = frozenset(
+    {LifecycleAction.START_BURN_IN, LifecycleAction.REBOOT, LifecycleAction.REQUEST_GPU_RESET}
+)
+
+
+def _reboot_first(
+    base: LifecycleDecision, step: LifecycleDecision, node: NodeInfo
+) -> LifecycleDecision:
+    """A node whose reboot is pending (someone's `scontrol reboot`, or ours under way) is
+    never resumed: State=RESUME clears REBOOT_REQUESTED and REBOOT_ISSUED (node_mgr.c
+    update_node, 22.05 and 25.11), cancelling the reboot or landing the burn-in on a node
+    that is booting. Nor is a repair opened then: slurmctld skips the reboot, and the cycle
+    would count as done. The step waits until the node is back."""
+    if not node.reboot_pending or step.action not in _WAITS_FOR_REBOOT:
+        return step
+    why = f"reboot pending: {step.action.value} waits until the node is back (a resume cancels it)"
+    return _none(base, why)
 
 
 _LEFT_ALONE = {
@@ -360,7 +384,6 @@ def _healthy(
 def _suspect(
     base: LifecycleDecision, given: LifecycleInput, history: _History, config: RepairConfig
 ) -> LifecycleDecision:
-    marked = history.last(LifecycleAction.MARK_SUSPECT)
     # The cool-down runs from the period's first mark: marking again does not restart it.
     since = history.suspect_since if history.suspect_since is not None else given.now
     left = since + config.lemon_cooldown_h * 3600 - given.now
@@ -372,8 +395,8 @@ def _suspect(
         return _none(base, f"suspect: cool-down ends in {left / 3600:.1f} h")
     if rising:
         return _none(base, f"suspect: {rising}")
-    before = marked.detail.get("weight_before") if marked else None
-    weight = before if isinstance(before, int) else 1  # Slurm's default Weight
+    before = history.weight_before(config.suspect_weight)
+    weight = before if before is not None else 1  # Slurm's default Weight
     return _with(
         base,
         LifecycleAction.CLEAR_SUSPECT,
@@ -478,7 +501,8 @@ def _repairing(
     waited = given.now - asked.at if asked else 0.0
     late = waited > config.repair_timeout_s
     if words.kind is DrainKind.REPAIRING_REBOOT:
-        return _rebooting(base, words, given.node, waited, late)
+        booted = _booted_since(given.node, asked)
+        return _rebooting(base, words, given.node, booted, waited, late)
     if late and config.reboot:  # the node's health check did not reset its GPUs in time
         return _with(
             base,
@@ -490,22 +514,40 @@ def _repairing(
     return _none(base, "waiting for the node's health check to reset its GPUs")
 
 
+def _booted_since(node: NodeInfo, asked: LifecycleEvent | None) -> bool:
+    """slurmd registered with a boot time after we asked for the repair (a power up counts:
+    slurmctld may have skipped the reboot itself, the node being powered down)."""
+    return asked is not None and node.boot_time is not None and node.boot_time > asked.at
+
+
 def _rebooting(
-    base: LifecycleDecision, words: DrainWords, node: NodeInfo, waited: float, late: bool
+    base: LifecycleDecision,
+    words: DrainWords,
+    node: NodeInfo,
+    booted: bool,
+    waited: float,
+    late: bool,
 ) -> LifecycleDecision:
     """slurmctld's notes and the node's state say where the reboot is. Issued (" : reboot
     issued"), no longer pending and the node not DOWN: it booted (drained still: our reboot
-    asks no next state), also after " : reboot timed out" when it booted late. " : reboot
-    complete": booted, DOWN (a reboot an earlier build of slurm-triage asked with
-    nextstate=DOWN). Issued or timed out, no longer pending, DOWN: it did not come back, a
-    person looks."""
+    asks no next state), also after " : reboot timed out" when it booted late; so did a node
+    whose boot time is after our request (`booted`). " : reboot complete": booted, DOWN (a
+    reboot an earlier build of slurm-triage asked with nextstate=DOWN). Issued or timed out,
+    no longer pending, DOWN: it did not come back, a person looks. Never issued, the node
+    powered down: slurmctld skipped the reboot with no error (proc_req.c, 22.05 and 25.11),
+    and asking again would be skipped for ever; its power up is a fresh boot, so the
+    burn-in's job, which powers it up, comes next."""
     issued = words.stage in ("reboot issued", "reboot timed out")
-    if words.stage == "reboot complete" or (
-        issued and not node.reboot_pending and node.state != "DOWN" and not node.failed
-    ):
+    up = node.state != "DOWN" and not node.failed
+    if words.stage == "reboot complete" or ((issued or booted) and not node.reboot_pending and up):
         return _with(base, LifecycleAction.START_BURN_IN, "rebooted: burn-in next")
     if issued and not node.reboot_pending:
         return _none(base, "reboot timed out (ResumeTimeout): a person must look")
+    if not node.reboot_pending and node.power_changing:
+        return _none(base, "powering down or up: slurmctld skips its reboot; the boot will do")
+    if not node.reboot_pending and node.powered_down:
+        why = "powered down, so slurmctld skipped the reboot: the burn-in's power up is the reboot"
+        return _with(base, LifecycleAction.START_BURN_IN, why)
     if not node.reboot_pending:  # an admin's `scontrol cancel_reboot`, or a lost request
         return _with(
             base,
@@ -522,6 +564,8 @@ def _burning_in(
 ) -> LifecycleDecision:
     started = history.last(LifecycleAction.START_BURN_IN)
     job_id = started.job_id if started else None
+    if given.burn_in is BurnIn.NOT_READ:
+        return _none(base, "burn-in job not read this pass")
     if given.burn_in is BurnIn.NONE or job_id is None:
         return _with(base, LifecycleAction.START_BURN_IN, "reserved, no burn-in job: submit it")
     if given.burn_in is BurnIn.RUNNING:
@@ -600,6 +644,23 @@ class _History:
             elif s.applied and s.action == LifecycleAction.MARK_SUSPECT.value and since is None:
                 since = s.at
         return since
+
+    def weight_before(self, suspect_weight: int) -> int | None:
+        """The node's Weight before its suspect period, to restore at the clear: the newest
+        a mark since the last clear recorded that is not `suspect_weight` itself. A mark
+        taken when the feature was gone but the weight still raised (its features update
+        failed after the weight went through, or a person took only the feature off)
+        recorded the suspect weight; one after `scontrol reconfigure` the slurm.conf weight,
+        newer than the first mark's. None: none recorded."""
+        found = None
+        for s in self.steps:
+            if s.applied and s.action == LifecycleAction.CLEAR_SUSPECT.value:
+                found = None
+            elif s.applied and s.action == LifecycleAction.MARK_SUSPECT.value:
+                weight = s.detail.get("weight_before")
+                if type(weight) is int and weight != suspect_weight:  # not a bool, not None
+                    found = weight
+        return found
 
     def last(self, *actions: LifecycleAction) -> LifecycleEvent | None:
         wanted = {a.value for a in actions}

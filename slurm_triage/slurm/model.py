@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
+from typing import TypedDict
 
 from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState
+from slurm_triage.slurm.errors import SlurmCommandError
+
+
+class ArrayAndHetIds(TypedDict):
+    """JobInfo's array task and het job fields, as a reader of Slurm's output fills them in
+    (`JobInfo(..., **ids)`)."""
+
+    array_job_id: int | None
+    array_task_id: int | None
+    het_job_id: int | None
+    het_job_offset: int | None
 
 
 class JobInfo(Frozen):
@@ -51,6 +63,45 @@ class JobInfo(Frozen):
     # or PENDING when Slurm has already requeued the run that ended (its Prolog failed, a
     # node failed). The text form and pyslurm show a flag in its place: UNKNOWN then.
     base_state: JobState = JobState.UNKNOWN
+    # An array task (sbatch --array): the array's id and this task's index (ArrayJobId=,
+    # ArrayTaskId=; sacct's JobID `A_T`), both None for any other job. A record of tasks
+    # still pending together has the array's id and no task id.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    # A heterogeneous job's component: its leader's job id and its offset (HetJobId=,
+    # HetJobOffset=; sacct's `L+O`; the leader is offset 0), both None for any other job.
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+
+    @property
+    def record_spec(self) -> str:
+        """How Slurm's commands name this job's own record and no other: `A_T` for an array
+        task, `L+O` for a het job component, else the number. A number alone is the whole
+        array when it is the array's id, which one task always has as its own (the last to
+        start keeps the array's record: job_mgr.c job_array_post_sched), and every
+        component when it is a het leader's (job_requeue2, update_job_str, job_str_signal,
+        and sacctmgr's job selection, 22.05 to 25.11). Raises SlurmCommandError for a record
+        of an array's pending tasks, which no such name covers."""
+        if self.array_job_id is not None:
+            if self.array_task_id is None:
+                raise SlurmCommandError(
+                    f"job {self.job_id} holds pending tasks of array {self.array_job_id}, "
+                    "not one task: act on them with scontrol"
+                )
+            return f"{self.array_job_id}_{self.array_task_id}"
+        if self.het_job_id is not None:
+            return f"{self.het_job_id}+{self.het_job_offset or 0}"
+        return str(self.job_id)
+
+    @property
+    def whole_job_spec(self) -> str:
+        """What Slurm requeues, holds, releases and cancels as one job: a het job's leader
+        for any component (Slurm requeues a het job whole and refuses a component, "Job not
+        heterogeneous job leader"; a pending component cannot be cancelled alone), else the
+        record itself."""
+        if self.het_job_id is not None:
+            return str(self.het_job_id)
+        return self.record_spec
 
 
 class NodeFlag(enum.StrEnum):
@@ -115,6 +166,26 @@ class NodeInfo(Frozen):
         """A reboot was asked (`scontrol reboot`) and slurmd has not registered since:
         slurmctld skips a second request for such a node (proc_req.c)."""
         return bool({NodeFlag.REBOOT_REQUESTED, NodeFlag.REBOOT_ISSUED} & self.flags)
+
+    @property
+    def taken_out(self) -> bool:
+        """Drained, DOWN or FAIL: slurmctld starts no job there, and its reason says who took
+        it out (an admin, Slurm, or us)."""
+        return self.drained or self.state == "DOWN" or self.failed
+
+    @property
+    def powered_down(self) -> bool:
+        """Off by power saving (POWERED_DOWN) and not being powered up: its next boot is a
+        fresh one, which a job placed there (or `scontrol power up`) starts."""
+        return "POWERED_DOWN" in self.flags and "POWERING_UP" not in self.flags
+
+    @property
+    def power_changing(self) -> bool:
+        """A power down asked (POWER_DOWN) or under way (POWERING_DOWN), or a power up under
+        way (POWERING_UP): slurmctld skips `scontrol reboot` for the first two with no error
+        (proc_req.c, 22.05 and 25.11); the flag names are node_state_flag_string's and
+        data_parser's alike."""
+        return bool({"POWER_DOWN", "POWERING_DOWN", "POWERING_UP"} & self.flags)
 
 
 class ReservationInfo(Frozen):
