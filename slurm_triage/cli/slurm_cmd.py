@@ -69,8 +69,11 @@ def register(sub: Any) -> None:
 
 
 def _job_id(text: str) -> int:
+    """A job's own SLURM_JOB_ID, an array task's too (the door names it to Slurm as `A_T`
+    itself): `A_T` is refused, since A alone is the whole array."""
     if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"not a job id: {text!r}")
+        hint = " (an array task by its own job id: squeue -o %A)" if "_" in text else ""
+        raise argparse.ArgumentTypeError(f"not a job id: {text[:40]!r}{hint}")
     return int(text)
 
 
@@ -117,6 +120,11 @@ def _job(args: argparse.Namespace, context: Any) -> int:
         ("admin comment", job.admin_comment or "-"),
         ("source", job.source),
     ]
+    if job.array_job_id is not None:
+        task = job.array_task_id if job.array_task_id is not None else "(pending tasks)"
+        rows.insert(1, ("array task", f"{job.array_job_id}_{task}"))
+    elif job.het_job_id is not None:
+        rows.insert(1, ("het job part", f"{job.het_job_id}+{job.het_job_offset}"))
     for key, value in rows:
         print(f"{key:>14}: {value}")
     return 0

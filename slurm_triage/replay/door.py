@@ -6,10 +6,12 @@ drain or resume) act on Slurm only through a `SlurmDoor`. SimDoor passes each ca
 `SimSlurm`, the state a simulation keeps (the twin's cluster, replay's ledger), which
 refuses what Slurm refuses with the door's own error classes (a finished job takes no
 update, a pending one no requeue), so the actuators take the same paths as against a real
-cluster. Accounting and node-event reads are not part of a simulation: they raise. Nor are
-repairs (reboots, reservations, burn-in jobs, node weights and features): a simulation has
-no reservations, and those changes are refused with SlurmCommandError, which the repair
-actuator reports as REFUSED.
+cluster. A simulated job is no array task and no het job component, so its id alone names
+it to the SimSlurm (the real doors name those as `A_T` and by their leader: JobInfo's
+record_spec and whole_job_spec). Accounting and node-event reads are not part of a
+simulation: they raise. Nor are repairs (reboots, reservations, burn-in jobs, node weights
+and features): a simulation has no reservations, and those changes are refused with
+SlurmCommandError, which the repair actuator reports as REFUSED.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from slurm_triage import hostlist
 from slurm_triage.logs import get_logger
 from slurm_triage.slurm import arguments, events, parse, reservations
 from slurm_triage.slurm.arguments import MAX_REASON_CHARS
-from slurm_triage.slurm.door import SlurmDoor
+from slurm_triage.slurm.door import KnownJobs, SlurmDoor
 from slurm_triage.slurm.errors import (
     JobNotFound,
     NodeNotFound,
@@ -69,24 +69,29 @@ def accounting_argv(since: datetime, until: datetime | None, fields: Sequence[st
 
 
 class CliDoor(SlurmDoor):
-    """Every operation is one or two Slurm client commands under the runner's deadline."""
+    """Every operation is one or two Slurm client commands under the runner's deadline.
+    A job operation names the job as Slurm must see it (JobInfo.record_spec or
+    whole_job_spec), from this door's last read of the job, else from a read first."""
 
     name = "cli"
 
     def __init__(self, runner: Runner, bin_dir: str = "") -> None:
         self._runner = runner
         self._version = ""
+        self._known = KnownJobs(self.job)
         runner.resolve = _resolver(bin_dir, runner.env)
 
     def job(self, job_id: int) -> JobInfo:
         try:
             if parse.version_tuple(self.slurm_version()) >= SCONTROL_JOB_JSON_SINCE:
-                return self._runner.read(
-                    ["scontrol", "--json", "show", "job", str(job_id)],
-                    lambda text: parse.parse_scontrol_job_json(text, job_id),
+                return self._known.remember(
+                    self._runner.read(
+                        ["scontrol", "--json", "show", "job", str(job_id)],
+                        lambda text: parse.parse_scontrol_job_json(text, job_id),
+                    )
                 )
             result = self._runner.run(["scontrol", "show", "job", str(job_id)])
-            return parse.parse_scontrol_job(result.stdout, job_id)
+            return self._known.remember(parse.parse_scontrol_job(result.stdout, job_id))
         except JobNotFound:
             # slurmctld forgot it (MinJobAge passed); accounting still knows.
             return self.accounted_job(job_id)
@@ -108,7 +113,7 @@ class CliDoor(SlurmDoor):
         )
         if not result.stdout.strip():
             raise JobNotFound(f"job {job_id}: not known to slurmctld or accounting")
-        return parse.parse_sacct_job(result.stdout, job_id)
+        return self._known.remember(parse.parse_sacct_job(result.stdout, job_id))
 
     def nodes(self, names: Iterable[str] | None = None) -> tuple[NodeInfo, ...]:
         wanted = list(dict.fromkeys(names)) if names is not None else None
@@ -151,21 +156,34 @@ class CliDoor(SlurmDoor):
     ) -> str:
         return self._runner.run(accounting_argv(since, until, fields)).stdout
 
+    # scontrol requeue/hold/release, scancel and `scontrol update JobId=` take `A_T` and
+    # `L+O` on 22.05 and 25.11 (job_requeue2, update_job_str, job_str_signal); requeue takes
+    # no `L+O`, whence whole_job_spec (the leader) for the whole-job operations.
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
-        self._runner.run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
-        log.info("job_requeued", job_id=job_id, hold=hold)
+        spec = self._known(job_id).whole_job_spec
+        self._runner.run(["scontrol", "requeuehold" if hold else "requeue", spec])
+        log.info("job_requeued", job_id=job_id, slurm_job=spec, hold=hold)
 
     def hold(self, job_id: int) -> None:
-        self._runner.run(["scontrol", "hold", str(job_id)])
-        log.info("job_held", job_id=job_id)
+        spec = self._known(job_id).whole_job_spec
+        self._runner.run(["scontrol", "hold", spec])
+        log.info("job_held", job_id=job_id, slurm_job=spec)
 
     def release(self, job_id: int) -> None:
-        self._runner.run(["scontrol", "release", str(job_id)])
-        log.info("job_released", job_id=job_id)
+        spec = self._known(job_id).whole_job_spec
+        self._runner.run(["scontrol", "release", spec])
+        log.info("job_released", job_id=job_id, slurm_job=spec)
 
     def cancel(self, job_id: int) -> None:
-        self._runner.run(["scancel", str(job_id)])
-        log.info("job_cancelled", job_id=job_id)
+        try:
+            spec = self._known(job_id).whole_job_spec
+        except JobNotFound:  # scancel exits 0 for it too
+            log.info("job_cancel_unknown", job_id=job_id)
+            return
+        # 22.05's scancel of an array task's own number, when it is not the array's, signals
+        # nothing and exits 0 (job_str_signal, fixed in 23.02.6): `A_T` works on both.
+        self._runner.run(["scancel", spec])
+        log.info("job_cancelled", job_id=job_id, slurm_job=spec)
 
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
@@ -175,22 +193,29 @@ class CliDoor(SlurmDoor):
             current = self.job(job_id).excluded_nodes
             wanted = list(dict.fromkeys([*current, *wanted]))
         value = hostlist.compress(wanted) if wanted else ""
-        self._runner.run(["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={value}"])
+        self._update_job(job_id, f"ExcNodeList={value}")
         log.info("job_excluded_nodes_set", job_id=job_id, excluded=value)
         return tuple(wanted)
 
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
         seconds = max(0, int(round(delay_s)))
-        self._runner.run(["scontrol", "update", f"JobId={job_id}", f"StartTime=now+{seconds}"])
+        self._update_job(job_id, f"StartTime=now+{seconds}")
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")
-        self._runner.run(["scontrol", "update", f"JobId={job_id}", f"AdminComment={text}"])
+        self._update_job(job_id, f"AdminComment={text}")
+
+    def _update_job(self, job_id: int, change: str) -> None:
+        spec = self._known(job_id).record_spec
+        self._runner.run(["scontrol", "update", f"JobId={spec}", change])
 
     def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")
+        # JobID=N selects every task of array N and every component of het job N as well
+        # (as_mysql_jobacct_process.c); `A_T` and `L+O` select the one record.
+        spec = self._known(job_id).record_spec
         # sacctmgr answers "Nothing modified" with rc 1 for an unknown job (a runner error).
         self._runner.run(
             [
@@ -199,7 +224,7 @@ class CliDoor(SlurmDoor):
                 "modify",
                 "job",
                 "where",
-                f"JobID={job_id}",
+                f"JobID={spec}",
                 "set",
                 f"AdminComment={text}",
             ]

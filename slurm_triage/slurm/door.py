@@ -7,7 +7,7 @@ it is installed and built for the running Slurm). `open_door()` picks one.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo, ReservationInfo
@@ -15,7 +15,12 @@ from slurm_triage.slurm.model import JobInfo, NodeEventLog, NodeInfo, Reservatio
 
 class SlurmDoor(abc.ABC):
     """Operations on jobs and nodes. Every call is bounded by the backend's deadline and
-    raises only `SlurmError` subclasses; none returns a silent failure value."""
+    raises only `SlurmError` subclasses; none returns a silent failure value.
+
+    A job is named by its own SLURM_JOB_ID everywhere (one per array task and per het job
+    component), and each job operation addresses in Slurm exactly that job: an array task
+    by `A_T`, never by the number it may share with its array, and a het job's requeue,
+    hold, release and cancel by its leader (JobInfo.record_spec, whole_job_spec)."""
 
     name: str
 
@@ -53,29 +58,34 @@ class SlurmDoor(abc.ABC):
 
     @abc.abstractmethod
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
-        """Requeue a running or just-ended batch job; held jobs wait for `scontrol release`."""
+        """Requeue a running or just-ended batch job; held jobs wait for `scontrol release`.
+        An array task alone; a het job whole (Slurm requeues no component alone)."""
 
     @abc.abstractmethod
     def hold(self, job_id: int) -> None:
-        """Hold a pending job (`scontrol hold`): it stays pending until released."""
+        """Hold a pending job (`scontrol hold`): it stays pending until released. An array
+        task alone; a het job whole."""
 
     @abc.abstractmethod
     def release(self, job_id: int) -> None:
-        """Release a held job (`scontrol release`): it may start again."""
+        """Release a held job (`scontrol release`): it may start again. An array task
+        alone; a het job whole."""
 
     @abc.abstractmethod
     def cancel(self, job_id: int) -> None:
-        """Cancel a job (`scancel`): pending, it never starts; running, it is ended. A job
-        that already ended, or that slurmctld no longer knows, is no error: scancel exits 0
-        for both when it sends SIGKILL (scancel.c, 22.05 and 25.11), and every door does
-        the same."""
+        """Cancel a job (`scancel`): pending, it never starts; running, it is ended. An
+        array task alone; a het job whole (slurmctld cancels no pending component alone).
+        A job that already ended, or that slurmctld no longer knows, is no error: scancel
+        exits 0 for both when it sends SIGKILL (scancel.c, 22.05 and 25.11), and every
+        door does the same."""
 
     @abc.abstractmethod
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
     ) -> tuple[str, ...]:
         """Set a pending job's ExcNodeList; with merge, keep what is already excluded (the
-        user's own --exclude). Returns the resulting list."""
+        user's own --exclude). Returns the resulting list. This job's record only (an
+        array task, a het job component), as for the begin time and AdminComments."""
 
     @abc.abstractmethod
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
@@ -156,3 +166,25 @@ class SlurmDoor(abc.ABC):
     @abc.abstractmethod
     def slurm_version(self) -> str:
         """The running Slurm's version, e.g. '22.05.8'."""
+
+
+class KnownJobs:
+    """The jobs a door has read, by id, for how Slurm names them (JobInfo.record_spec,
+    whole_job_spec). A job's array task and het job ids are fixed when it is submitted, so
+    the read a decision starts from serves every operation after it; an operation on a job
+    not read yet reads it once (`read`). Only those ids are used from what is kept. A door
+    serves one decision, hook or command (the decider opens one per decision), far shorter
+    than the time before slurmctld gives a job id out again (MaxJobId wrapping, or a new
+    cluster's state)."""
+
+    def __init__(self, read: Callable[[int], JobInfo]) -> None:
+        self._read = read
+        self._jobs: dict[int, JobInfo] = {}
+
+    def remember(self, job: JobInfo) -> JobInfo:
+        self._jobs[job.job_id] = job
+        return job
+
+    def __call__(self, job_id: int) -> JobInfo:
+        known = self._jobs.get(job_id)
+        return known if known is not None else self.remember(self._read(job_id))

@@ -22,7 +22,7 @@ from slurm_triage.slurm.errors import (
     SlurmOutputError,
     SlurmUnavailable,
 )
-from slurm_triage.slurm.model import JobInfo, JobState, NodeInfo
+from slurm_triage.slurm.model import ArrayAndHetIds, JobInfo, JobState, NodeInfo
 from slurm_triage.slurm.runner import error_class_for
 
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
@@ -182,7 +182,13 @@ _WHOLE_LINE_KEYS = ("AdminComment", "Comment", "StdErr", "StdOut")
 # What we read from each of Slurm's lines; user text on a line only ever comes after these
 # (Reason before Dependency, which has no spaces).
 _LINE_FIELDS = {
-    "JobId": re.compile(r"JobId=(?P<JobId>\d+)(?: |\Z)"),
+    # Line 1 (job_info.c / info_job.c, 22.05 to 25.11): "JobId=%u ", then "ArrayJobId=%u
+    # ArrayTaskId=%s " (the task id, or the pending tasks as a range) or "HetJobId=%u
+    # HetJobOffset=%u ", then JobName (user text), so a name cannot pose as these.
+    "JobId": re.compile(
+        r"JobId=(?P<JobId>\d+)(?: ArrayJobId=(?P<ArrayJobId>\d+) ArrayTaskId=(?P<ArrayTaskId>\S+)"
+        r"| HetJobId=(?P<HetJobId>\d+) HetJobOffset=(?P<HetJobOffset>\d+))?(?: |\Z)"
+    ),
     "UserId": re.compile(r"UserId=(?P<UserId>\S*) GroupId="),
     "JobState": re.compile(
         r"JobState=(?P<JobState>\S+)(?: Reason=(?P<Reason>.*?))?(?: Dependency=\S*)?\s*\Z",
@@ -312,6 +318,45 @@ def _job_from_fields(fields: dict[str, str], job_id: int) -> JobInfo:
         batch_host=_none_if_null(fields.get("BatchHost")),
         start_time=parse_timestamp(fields.get("StartTime")),
         expedited_requeue=fields.get("ExpeditedRequeue") == "Yes",
+        **_array_and_het(
+            fields.get("ArrayJobId"),
+            fields.get("ArrayTaskId"),
+            fields.get("HetJobId"),
+            fields.get("HetJobOffset"),
+        ),
+    )
+
+
+def _array_and_het(
+    array_job: str | None, array_task: str | None, het_job: str | None, het_offset: str | None
+) -> ArrayAndHetIds:
+    """JobInfo's array and het job fields from Slurm's words: a task id that is no number
+    ("2-3", "0-7%2") is a record of tasks still pending together, which has none."""
+    task = array_task if array_task and array_task.isdigit() else None
+    return {
+        "array_job_id": int(array_job) if array_job else None,
+        "array_task_id": int(task) if array_job and task else None,
+        "het_job_id": int(het_job) if het_job else None,
+        "het_job_offset": int(het_offset) if het_job and het_offset else None,
+    }
+
+
+# sacct's JobID (slurmdb_get_job_id_str, 22.05 and 25.11): `A_T` for an array task, `A_[2-3]`
+# for tasks still pending together, `L+O` for a het job component, else the job's number.
+_SACCT_JOB_ID = re.compile(r"\d+(?:_(?:(?P<task>\d+)|\[[^\]]*\])|\+(?P<offset>\d+))?\Z")
+
+
+def _sacct_array_and_het(job_id_text: str) -> ArrayAndHetIds:
+    text = job_id_text.strip()
+    match = _SACCT_JOB_ID.match(text)
+    if not match:
+        raise SlurmOutputError(f"sacct: unparsable JobID {text[:40]!r}")
+    leading = text.split("_")[0].split("+")[0]
+    return _array_and_het(
+        leading if "_" in text else None,
+        match["task"],
+        leading if match["offset"] is not None else None,
+        match["offset"],
     )
 
 
@@ -367,6 +412,7 @@ def parse_sacct_job(text: str, job_id: int) -> JobInfo:
         comment="",  # not asked of sacct (see SACCT_FIELDS); scontrol's record has it
         source="sacct",
         state_text=row["State"].strip(),
+        **_sacct_array_and_het(row["JobID"]),
     )
 
 
@@ -590,7 +636,24 @@ def _job_from_json(raw: dict[str, Any], job_id: int) -> JobInfo:
         batch_host=_json_text(raw.get("batch_host")),
         start_time=_json_time(raw.get("start_time")),
         expedited_requeue="EXPEDITED_REQUEUE" in (raw.get("flags") or ()),
+        **_json_array_and_het(raw),
     )
+
+
+def _json_array_and_het(raw: dict[str, Any]) -> ArrayAndHetIds:
+    """data_parser's UINT32_NO_VAL fields (v0.0.41 to v0.0.44): array_job_id and het_job_id
+    are 0 for a job that is neither; array_task_id is unset (NO_VAL) for a record of tasks
+    still pending together (array_task_string holds them); het_job_offset is 0 for the
+    leader."""
+    array_job = _json_count(raw.get("array_job_id")) or None
+    het_job = _json_count(raw.get("het_job_id")) or None
+    task = _json_count(raw.get("array_task_id"), default=None)
+    return {
+        "array_job_id": array_job,
+        "array_task_id": task if array_job is not None else None,
+        "het_job_id": het_job,
+        "het_job_offset": _json_count(raw.get("het_job_offset")) if het_job else None,
+    }
 
 
 def _json_count(value: Any, default: int | None = 0) -> Any:

@@ -30,6 +30,16 @@ partition's. What pyslurm 25.11 cannot do goes through the command-line door it 
   slurm_create_reservation returned, and `sbatch --wrap` has no pyslurm counterpart; both
   go through scontrol and sbatch. Reading and deleting reservations is pyslurm's;
 - weight 0 and empty feature lists: pyslurm sends 0 and "" as "no change".
+- one array task or het job record where pyslurm's call names a whole array or het job:
+  `Job.cancel()` sends the bare number (slurm_kill_job), which slurmctld reads as every
+  task of the array when it is the array's id, and `db.Job.modify()` selects by number,
+  which takes every task of array N and every component of het job N (sacctmgr's
+  selection); an array task's cancel and an array task's or het job's accounted
+  AdminComment go through `scancel A_T` and `sacctmgr ... JobID=A_T|L+O`. A het job's hold
+  and release too: `Job.modify()` (slurm_update_job) changes the leader alone, where
+  `scontrol hold L` holds the whole het job. pyslurm's requeue (slurm_requeue, by number:
+  job_requeue_external) and modify act on the one record, as wanted for an array task;
+  a het job is requeued by its leader's id.
 pyslurm 25.11's `Reservation.flags` is a strict enum.Flag that lacks bits slurmctld sets
 (GRES_REQ, TIME_FLOAT, ...): reading it raises ValueError for such a reservation, so the door
 reads the bits from that error and names them as scontrol does (_reservation_flag_bits).
@@ -52,7 +62,7 @@ from slurm_triage.deadline import CallTimedOut, call_with_deadline
 from slurm_triage.logs import get_logger
 from slurm_triage.slurm import arguments, reservations
 from slurm_triage.slurm.arguments import MAX_REASON_CHARS
-from slurm_triage.slurm.door import SlurmDoor
+from slurm_triage.slurm.door import KnownJobs, SlurmDoor
 from slurm_triage.slurm.errors import (
     JobNotFound,
     NodeNotFound,
@@ -63,6 +73,7 @@ from slurm_triage.slurm.errors import (
     SlurmUnavailable,
 )
 from slurm_triage.slurm.model import (
+    ArrayAndHetIds,
     JobInfo,
     JobState,
     NodeEventLog,
@@ -107,6 +118,7 @@ class PyslurmDoor(SlurmDoor):
         self._attempts = attempts
         self._retry_wait_s = retry_wait_s
         self._expedite_allowed: bool | None = None  # asked of slurmctld on first need
+        self._known = KnownJobs(self._loaded_job)
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         """fn() under the deadline, retried while Slurm is unreachable; only SlurmErrors."""
@@ -139,9 +151,15 @@ class PyslurmDoor(SlurmDoor):
         )
         return retrying(attempt)
 
+    def _loaded_job(self, job_id: int) -> JobInfo:
+        """slurmctld's record of the job as pyslurm reads it (JobNotFound once forgotten)."""
+        return self._known.remember(
+            self._call("job", lambda: _job(job_id, self._ps.Job.load(job_id)))
+        )
+
     def job(self, job_id: int) -> JobInfo:
         try:
-            info = self._call("job", lambda: _job(job_id, self._ps.Job.load(job_id)))
+            info = self._loaded_job(job_id)
         except JobNotFound:
             # slurmctld forgot it (MinJobAge passed); accounting still knows.
             return self.accounted_job(job_id)
@@ -161,7 +179,7 @@ class PyslurmDoor(SlurmDoor):
             return _accounted(job_id, self._ps.db.Job.load(job_id, cluster=cluster))
 
         try:
-            info = self._call("accounted_job", load)
+            info = self._known.remember(self._call("accounted_job", load))
         except JobNotFound:
             raise JobNotFound(f"job {job_id}: not known to slurmctld or accounting") from None
         if not _exit_uncertain(info):
@@ -202,30 +220,46 @@ class PyslurmDoor(SlurmDoor):
         return self._cli.accounting_text(since, until, fields)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
-        self._call("requeue", lambda: self._ps.Job(job_id).requeue(hold=hold))
-        log.info("job_requeued", job_id=job_id, hold=hold)
+        # slurm_requeue by number requeues that record alone (job_requeue_external), an
+        # array task too; a het job only by its leader, and then whole.
+        target = self._known(job_id).het_job_id or job_id
+        self._call("requeue", lambda: self._ps.Job(target).requeue(hold=hold))
+        log.info("job_requeued", job_id=job_id, slurm_job=target, hold=hold)
 
     def hold(self, job_id: int) -> None:
+        if self._known(job_id).het_job_id is not None:
+            self._cli.hold(job_id)  # pyslurm would hold the leader alone
+            return
         self._call("hold", lambda: self._ps.Job(job_id).hold())
         log.info("job_held", job_id=job_id)
 
     def release(self, job_id: int) -> None:
+        if self._known(job_id).het_job_id is not None:
+            self._cli.release(job_id)  # pyslurm would release the leader alone
+            return
         self._call("release", lambda: self._ps.Job(job_id).release())
         log.info("job_released", job_id=job_id)
 
     def cancel(self, job_id: int) -> None:
-        def cancel() -> None:
-            # pyslurm's cancel (SIGKILL, as scancel) passes over a job that already ended;
-            # an unknown one fails its load, and scancel exits 0 for it too (scancel.c).
-            self._ps.Job.load(job_id)
-            self._ps.Job(job_id).cancel()
-
         try:
-            self._call("cancel", cancel)
+            # An unknown job fails its read, and scancel exits 0 for it too (scancel.c).
+            job = self._known(job_id)
         except JobNotFound:
             log.info("job_cancel_unknown", job_id=job_id)
             return
-        log.info("job_cancelled", job_id=job_id)
+        if job.array_job_id is not None:
+            # slurm_kill_job sends the bare number: the whole array for the array's own id.
+            self._cli.cancel(job_id)
+            return
+        # pyslurm's cancel (SIGKILL, as scancel) passes over a job that already ended; a het
+        # job's leader cancels every component.
+        target = job.het_job_id or job_id
+        try:
+            self._call("cancel", lambda: self._ps.Job(target).cancel())
+        except JobNotFound:
+            log.info("job_cancel_unknown", job_id=job_id)
+            return
+        log.info("job_cancelled", job_id=job_id, slurm_job=target)
 
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
@@ -259,6 +293,14 @@ class PyslurmDoor(SlurmDoor):
     def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")
+        try:
+            job = self._known(job_id)
+        except JobNotFound:
+            job = self.accounted_job(job_id)  # slurmctld forgot it
+        if job.record_spec != str(job_id):
+            # db.Job.modify selects by number: every task of array N, every part of het job N.
+            self._cli.set_accounted_admin_comment(job_id, text)
+            return
 
         def modify() -> None:
             self._ps.db.Job(job_id).modify(self._ps.db.Job(admin_comment=text))
@@ -438,7 +480,26 @@ def _job(job_id: int, raw: Any) -> JobInfo:
         std_err=_text(raw.standard_error) or _text(raw.standard_output),
         batch_host=_text(raw.batch_host),
         start_time=float(raw.start_time) if raw.start_time else None,
+        **_array_and_het(raw),
     )
+
+
+def _array_and_het(raw: Any) -> ArrayAndHetIds:
+    """JobInfo's array and het job fields from a pyslurm 25.11 Job or db.Job. pyslurm reads
+    a u32 of 0 as unset (u32_parse's zero_is_noval): array task 0 reads as None, told from
+    a record of tasks pending together by its empty `array_tasks_waiting`; the het leader's
+    offset 0 reads as None."""
+    array_job = raw.array_id
+    task = raw.array_task_id
+    if array_job is not None and task is None and not raw.array_tasks_waiting:
+        task = 0
+    het_job = raw.heterogeneous_id
+    return {
+        "array_job_id": array_job,
+        "array_task_id": task if array_job is not None else None,
+        "het_job_id": het_job,
+        "het_job_offset": (raw.heterogeneous_offset or 0) if het_job is not None else None,
+    }
 
 
 def _accounted(job_id: int, raw: Any) -> JobInfo:
@@ -463,6 +524,7 @@ def _accounted(job_id: int, raw: Any) -> JobInfo:
         comment=_text(raw.comment),
         source="pyslurm-db",
         state_text=_state_text(state, raw),
+        **_array_and_het(raw),
     )
 
 

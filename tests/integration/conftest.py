@@ -50,7 +50,7 @@ def every_failed_end_has_an_admin_comment(devcluster):  # type: ignore[no-untype
                 "-n",
                 "-P",
                 "-o",
-                "JobID,AdminComment",
+                "JobIDRaw,AdminComment",
                 "-j",
                 ",".join(map(str, failed)),
             ],  # noqa: E501

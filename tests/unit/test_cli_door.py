@@ -167,9 +167,15 @@ def test_accounted_admin_comment_goes_through_sacctmgr(tmp_path: Path) -> None:
     """An ended job's AdminComment is set in accounting, as one argv element (no shell),
     with -i so sacctmgr does not wait 30 s for a 'commit?' answer."""
     text = "triage: cause=user_code action=record_only on=node1 n=0"
-    argv = f"sacctmgr -i modify job where JobID=8 set AdminComment={text}"
-    door, log = _fake_slurm(tmp_path, "22.05.8", {argv: "/dev/null"})
-    door.set_accounted_admin_comment(8, text)
-    assert _calls(log) == [argv]
+    argv = f"sacctmgr -i modify job where JobID=5 set AdminComment={text}"
+    show = "scontrol show job 5"
+    door, log = _fake_slurm(
+        tmp_path,
+        "22.05.8",
+        {argv: "/dev/null", show: str(SLURM / "22.05" / "scontrol_show_job_failed_exit3.txt")},
+    )
+    door.set_accounted_admin_comment(5, text)
+    # The job is read first, for how Slurm names it (an array task is not its number).
+    assert _calls(log)[1:] == [show, argv]
     with pytest.raises(SlurmCommandError, match="one line"):
-        door.set_accounted_admin_comment(8, "a\nb")
+        door.set_accounted_admin_comment(5, "a\nb")
