@@ -54,7 +54,7 @@ class Applied(Frozen):
         }
 
 
-def admin_comment(cause: str, nodes: tuple[str, ...], decision: Decision, restart: int) -> str:
+def admin_comment(cause: str, nodes: tuple[str, ...], decision: Decision, attempt: int) -> str:
     """The compact summary kept in Slurm's accounting with the job (cause first: analytics
     reads it by that prefix). A job held because a node it requires (-w) failed says so in
     words too, for whoever releases it: `scontrol show job` is where they will look."""
@@ -62,7 +62,7 @@ def admin_comment(cause: str, nodes: tuple[str, ...], decision: Decision, restar
         "cause": cause,
         "nodes": list(nodes),
         "action": decision.verdict.value,
-        "n": restart,
+        "n": attempt,
     }
     if decision.exclude:
         summary["excluded"] = list(decision.exclude)
@@ -77,7 +77,7 @@ def admin_comment(cause: str, nodes: tuple[str, ...], decision: Decision, restar
 
 
 def accounted_comment(
-    cause: str, nodes: tuple[str, ...], decision: Decision, restart: int, earlier: tuple[str, ...]
+    cause: str, nodes: tuple[str, ...], decision: Decision, attempt: int, earlier: tuple[str, ...]
 ) -> str:
     """The summary for a job that has ended (slurmctld refuses updates then), written to
     accounting with sacctmgr, which lowercases the value and turns quotes into backticks:
@@ -85,12 +85,13 @@ def accounted_comment(
     after requeues tells the story: `triage: completed after 1 requeue; earlier:
     gpu_unavailable on node2`."""
     if cause == "completed":
-        runs = "requeue" if restart == 1 else "requeues"
-        return f"triage: completed after {restart} {runs}; earlier: {'; '.join(earlier)}"
+        requeues = attempt - 1
+        runs = "requeue" if requeues == 1 else "requeues"
+        return f"triage: completed after {requeues} {runs}; earlier: {'; '.join(earlier)}"
     words = [f"triage: cause={cause}", f"action={decision.verdict.value}"]
     if nodes:
         words.append(f"nodes={','.join(nodes)}")
-    words.append(f"n={restart}")
+    words.append(f"n={attempt}")
     if decision.required_failed:
         words.append(f"required={','.join(decision.required_failed)}")
     return " ".join(words)
@@ -170,9 +171,12 @@ def carry_out(
     # Clean ends are the large majority and need no note, unless this run came after
     # requeues: the AdminComment then still shows the last failure's, so it tells the story.
     if cause != "completed" or earlier:
-        n = restart + (1 if requeued else 0)
-        summary = admin_comment(cause, blamed, decision, n)
-        ended = accounted_comment(cause, blamed, decision, n, earlier)
+        # The attempt the decision is about, numbered as the analytics number a job's rows
+        # (restart count + 1), whichever row the comment lands on: the next one after a
+        # requeue (ours or Slurm's), its own otherwise.
+        attempt = restart + 1
+        summary = admin_comment(cause, blamed, decision, attempt)
+        ended = accounted_comment(cause, blamed, decision, attempt, earlier)
         shown = summary if cause != "completed" else ended
         _comment(door, job_id, shown, ended, requeued, held, errors)
     for error in errors:

@@ -119,7 +119,8 @@ def test_failed_requeue_means_no_exclusion_or_begin_time(door: FakeDoor) -> None
     ]  # fmt: skip
     assert applied.errors == ("requeue: scontrol requeue 7: Socket timed out",)
     assert not applied.ok and not applied.requeued and applied.excluded == ()
-    assert json.loads(door.calls_to("set_admin_comment")[0].args[1])["triage"]["n"] == 0
+    # `n` names the attempt the decision is about (restart 0: the first), requeued or not.
+    assert json.loads(door.calls_to("set_admin_comment")[0].args[1])["triage"]["n"] == 1
 
 
 def test_every_step_failure_is_recorded_and_the_rest_still_runs(door: FakeDoor) -> None:
@@ -169,7 +170,7 @@ def test_summary_of_an_ended_job_goes_to_accounting(door: FakeDoor) -> None:
     pending) the refusal is an error."""
     applied = carry_out(door, Decision(Verdict.RECORD_ONLY), cause="segfault", blamed=("node1",))
     assert applied.ok and door.methods() == ["set_admin_comment", "set_accounted_admin_comment"]
-    text = "triage: cause=segfault action=record_only nodes=node1 n=0"
+    text = "triage: cause=segfault action=record_only nodes=node1 n=1"
     assert door.calls_to("set_accounted_admin_comment")[0].args == (JOB, text)
     assert door.accounting[JOB].admin_comment == text  # unchanged by the mangling
     door.fail("set_admin_comment", InvalidJobState("Job has already finished"))

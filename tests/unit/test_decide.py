@@ -546,7 +546,7 @@ def test_no_exclusion_after_a_failed_requeue(cluster: Cluster) -> None:
         "requeue", "drain", "set_admin_comment", "set_accounted_admin_comment"
     ]  # fmt: skip
     assert door.jobs[JOB].excluded_nodes == () and door.jobs[JOB].restart_count == 0
-    assert comment(door)["n"] == 0
+    assert comment(door)["n"] == 1  # the attempt decided on, requeued or not
     assert out.applied is not None and out.applied.excluded == ()
     row = cluster.row()
     assert row.excluded == () and row.drained == ("node2",) and not row.applied
@@ -698,6 +698,20 @@ def test_a_user_error_blaming_no_node_reads_no_node_list(cluster: Cluster) -> No
     cluster.end()
     assert cluster.row().cause == "user_code"
     assert "nodes" not in cluster.door.methods()
+
+
+def test_a_job_not_requeued_names_its_own_attempt_in_the_admin_comment(cluster: Cluster) -> None:
+    """`n` is the attempt the decision is about (restart count + 1), as the analytics number
+    a job's rows: a user's error, not requeued, lands on its own row and names it (n=0 named
+    no attempt, and the analytics dropped the cause)."""
+    cluster.user_record(
+        "node2", RootException(node="node2", exc_type="KeyError", message="'lr'", time=time.time())
+    )
+    cluster.end()
+    assert "requeue" not in cluster.door.methods()
+    assert (comment(cluster.door)["cause"], comment(cluster.door)["n"]) == ("user_code", 1)
+    (ended,) = cluster.door.calls_to("set_accounted_admin_comment") or [None]
+    assert ended is None or "n=1" in ended.args[1]
 
 
 def test_a_completing_jobs_shrinking_node_count_still_must_fit(tmp_path: Path) -> None:
