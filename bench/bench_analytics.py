@@ -6,7 +6,7 @@
 3. `slurm-triage report --sacct FILE` (ingest, attribution, metrics, simulation, the PNG
    figures, HTML) in a fresh interpreter.
 4. Issue 18: the same 4,000,000 jobs as a site's plain `sacct -P` dump with step rows
-   (JobID, JobName, Elapsed; no AdminComment; about 18 million lines) and its node events,
+   (JobID, Elapsed, no job user text; no AdminComment; about 18 million lines) and its node events,
    half the node failures REQUEUED: `report --sacct FILE --events FILE --json`, its peak
    RSS (target under 2 GB) and the r_f it recovers against the truth (target within 5%).
 Each child's wall time, CPU time and peak RSS come from os.wait4 on that very child. The

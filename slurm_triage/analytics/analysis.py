@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from slurm_triage.analytics import metrics, model, node_events, runs
-from slurm_triage.analytics.attribution_join import attribute
+from slurm_triage.analytics.attribution_join import attribute, unnumbered_runs
 from slurm_triage.analytics.ingest import Accounting
 from slurm_triage.analytics.node_events import NodeEvents
 from slurm_triage.analytics.simulate import simulate
@@ -43,6 +43,9 @@ class ReportOptions:
 
     min_gpus: int = metrics.PAPER_MIN_GPUS
     gpus_per_node: int = model.DEFAULT_GPUS_PER_NODE
+    # Count a row without a gres/gpu count as NNodes x gpus_per_node GPUs: for a cluster of
+    # whole GPU nodes whose AccountingStorageTRES lacks gres/gpu (Slurm's default).
+    gpus_from_nodes: bool = False
     assume: runs.RunAssumptions = field(default_factory=runs.RunAssumptions)
     ckpt_write_s: float = 0.0
     queue_min: float = 0.0
@@ -60,6 +63,8 @@ class Attempts:
     done: pl.DataFrame
     joined: pl.DataFrame
     events: NodeEvents | None
+    unreadable_node_lists: int = 0  # attempts whose NodeList hostlist refused
+    in_progress: pl.Series | None = None  # job ids with an attempt still active
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,7 @@ class EventsSummary:
     reasons: pl.DataFrame
     unattributed_requeued: int
     unattributed_requeued_gpu_hours: float
+    unreadable_node_lists: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,8 @@ class Summary:
     steps: int
     columns: str
     ended_rows: int
+    gpu_rows: int  # rows whose AllocTRES gave a GPU count (0: GPUs not accounted)
+    unnumbered_runs: int  # runs at the --since edge whose attempts could not be numbered
     first_submit: datetime | None
     first_end: datetime | None
     last_end: datetime | None
@@ -118,6 +126,7 @@ class Analysis(Summary):
     """Everything the report shows; tables are small polars frames."""
 
     job_runs: int
+    runs_in_progress: int  # left out of the job runs: an attempt still pending or running
     ettr_by_size: pl.DataFrame
     largest_runs: pl.DataFrame
 
@@ -130,20 +139,32 @@ def analyse(
 ) -> Analysis:
     """Attribute, join node events, then compute every metric of the report."""
     options = options or ReportOptions()
-    attempts = ended_attempts(accounting, attributions, events)
-    return complete(summarise(accounting, attempts, options), run_tables(attempts.done, options))
+    attempts = ended_attempts(accounting, attributions, events, node_gpus(options))
+    return complete(summarise(accounting, attempts, options), run_tables(attempts, options))
+
+
+def node_gpus(options: ReportOptions) -> int | None:
+    """GPUs per node to count rows without a GPU count by, when asked to."""
+    return options.gpus_per_node if options.gpus_from_nodes else None
 
 
 def ended_attempts(
     accounting: Accounting,
     attributions: pl.LazyFrame | None,
     events: NodeEvents | None = None,
+    gpus_per_node: int | None = None,
 ) -> Attempts:
     """The attributed attempts that have an outcome, node events joined: what every
-    metric reads."""
-    done = metrics.ended(attribute(accounting.attempts, attributions))
-    done, joined = node_events.join(done, events)
-    return Attempts(done, joined, events)
+    metric reads. With `gpus_per_node`, a row without a GPU count has NNodes x that."""
+    attempts = accounting.attempts
+    if gpus_per_node is not None:
+        counted = pl.col("nnodes") * gpus_per_node
+        gpus = pl.when(pl.col("gpus") == 0).then(counted).otherwise(pl.col("gpus"))
+        attempts = attempts.with_columns(gpus.cast(pl.Int32).alias("gpus"))
+    attributed = attribute(attempts, attributions, accounting.window_start)
+    active = attributed.filter(pl.col("state") == "ACTIVE")["job_raw"].unique()
+    done, joined, unreadable = node_events.join(metrics.ended(attributed), events)
+    return Attempts(done, joined, events, unreadable, active)
 
 
 def summarise(accounting: Accounting, attempts: Attempts, options: ReportOptions) -> Summary:
@@ -163,6 +184,8 @@ def summarise(accounting: Accounting, attempts: Attempts, options: ReportOptions
         steps=accounting.steps,
         columns=layout.describe() if layout is not None else "",
         ended_rows=done.height,
+        gpu_rows=int((accounting.attempts["gpus"] > 0).sum()),
+        unnumbered_runs=unnumbered_runs(accounting.attempts, accounting.window_start),
         first_submit=span[0],
         first_end=span[1],
         last_end=span[2],
@@ -208,14 +231,21 @@ def _events_summary(attempts: Attempts) -> EventsSummary:
         reasons=reasons,
         unattributed_requeued=count,
         unattributed_requeued_gpu_hours=hours,
+        unreadable_node_lists=attempts.unreadable_node_lists,
     )
 
 
-def run_tables(done: pl.DataFrame, options: ReportOptions) -> dict[str, object]:
-    """The job-run part: how many runs, achieved ETTR by size, the largest runs."""
+def run_tables(attempts: Attempts, options: ReportOptions) -> dict[str, object]:
+    """The job-run part: how many runs, achieved ETTR by size, the largest runs. A run with
+    an attempt still pending or running has not ended: it is left out and counted."""
+    done = attempts.done
+    in_progress = attempts.in_progress
+    if in_progress is not None and in_progress.len():
+        done = done.filter(~pl.col("job_raw").is_in(in_progress.implode()))
     job_runs = runs.job_runs(done, options.assume)
     return {
         "job_runs": job_runs.height,
+        "runs_in_progress": 0 if in_progress is None else in_progress.len(),
         "ettr_by_size": runs.ettr_by_size(job_runs),
         "largest_runs": _labelled(runs.largest_runs(job_runs), done),
     }
@@ -248,12 +278,19 @@ def _model_rf(options: ReportOptions, rf: RateInterval, table: pl.DataFrame) -> 
     all jobs, else the paper's; the source is shown next to every curve."""
     if options.rf_per_node_day is not None:
         return options.rf_per_node_day, "given with --rf"
-    if rf.events >= MIN_FAILURES_FOR_MODEL:
+    if _usable(rf):
         return rf.rate, f"measured on jobs > {options.min_gpus} GPUs"
     everyone = metrics.all_sizes_rate(table)
-    if everyone.events >= MIN_FAILURES_FOR_MODEL:
+    if _usable(everyone):
         return everyone.rate, "measured on all GPU jobs (too few failures of large jobs)"
-    return PAPER_RF, "Kokolis et al. RSC-1 (too few failures in this data)"
+    return PAPER_RF, "Kokolis et al. RSC-1 (too few failures with run time in this data)"
+
+
+def _usable(rate: RateInterval) -> bool:
+    """Enough failures, over some exposure: failures of attempts that ran 0 s have none,
+    and their rate is NaN (or infinite), which no model can take."""
+    finite = math.isfinite(rate.rate) and rate.rate > 0
+    return rate.events >= MIN_FAILURES_FOR_MODEL and finite
 
 
 def _job(gpus: float, interval: float, rf: float, options: ReportOptions) -> model.JobRun:

@@ -6,9 +6,19 @@ attempt the decision is about (a comment set after a requeue lands on the next r
 without `n` the comment is about its own row. A second source of attributions (the
 journal) joins the same way: a frame with columns job_raw, attempt, cause; it wins over
 AdminComment. Success is success: a COMPLETED row is `completed` whatever a decision says.
+
+Both sources number attempts absolutely (Slurm's restart count + 1). A row carrying
+Slurm's Restarts (24.11 on) is numbered by it; without it, by its position in its job's
+rows, which is only right when the input holds the whole chain. Accounting fetched from
+`window_start` on (`sacct -S`) lacks the attempts that ended before it: a job whose first
+row there was submitted before it may have lost earlier ones, so its rows are not
+numbered and no decision about an attempt by number is joined to them (own-row comments
+without `n` still are); unnumbered_runs counts those jobs for the report.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import polars as pl
 
@@ -29,11 +39,46 @@ def _attempt_number() -> pl.Expr:
     return (index - first + 1).cast(pl.Int32).alias("attempt")
 
 
-def attribute(attempts: pl.DataFrame, attributions: pl.LazyFrame | None = None) -> pl.DataFrame:
+def _first_submit() -> pl.Expr:
+    """Each row's job's first Submit, on rows sorted by job_raw: O(n), no window."""
+    job = pl.col("job_raw")
+    return pl.when(job != job.shift(1).fill_null(-1)).then(pl.col("submit")).forward_fill()
+
+
+def _edge_expr(window_start: datetime) -> pl.Expr:
+    """Rows of jobs whose first row was submitted before the window: a chain maybe cut."""
+    return (_first_submit() < pl.lit(window_start)).fill_null(True)
+
+
+def unnumbered_runs(attempts: pl.DataFrame, window_start: datetime | None) -> int:
+    """Job runs whose attempts cannot be numbered (see the module's docstring)."""
+    if window_start is None or "restarts" in attempts.columns or attempts.height == 0:
+        return 0
+    edge = attempts.select("job_raw", _edge_expr(window_start).alias("_edge"))
+    return edge.filter("_edge")["job_raw"].n_unique()
+
+
+def _numbered(indexed: pl.DataFrame, window_start: datetime | None) -> pl.DataFrame:
+    """(row, job_raw, attempt) of every row; attempt null where it cannot be known."""
+    if "restarts" in indexed.columns:
+        attempt = (pl.col("restarts") + 1).cast(pl.Int32).alias("attempt")
+        return indexed.select("row", "job_raw", attempt)
+    if window_start is None:
+        return indexed.select("row", "job_raw", _attempt_number())
+    attempt = pl.when(~_edge_expr(window_start)).then(_attempt_number()).alias("attempt")
+    return indexed.select("row", "job_raw", attempt)
+
+
+def attribute(
+    attempts: pl.DataFrame,
+    attributions: pl.LazyFrame | None = None,
+    window_start: datetime | None = None,
+) -> pl.DataFrame:
     """Add `cause` and `domain` to parsed attempts, joining both sources of attributions;
-    success is success, so a COMPLETED row is `completed` whatever a decision says."""
+    success is success, so a COMPLETED row is `completed` whatever a decision says.
+    `window_start`: the accounting starts there (sacct -S), see the module's docstring."""
     frame = attempts.with_columns(causes.default_cause_expr("state").alias("cause"))
-    decided = _decisions(frame, attributions)
+    decided = _decisions(frame, attributions, window_start)
     if decided.height:
         values = decided["cause"].cast(causes.CAUSE_DTYPE)
         frame = frame.with_columns(frame["cause"].scatter(decided["row"], values))
@@ -49,22 +94,18 @@ def attribute(attempts: pl.DataFrame, attributions: pl.LazyFrame | None = None) 
     )
 
 
-def _decisions(frame: pl.DataFrame, attributions: pl.LazyFrame | None) -> pl.DataFrame:
-    """(row, cause) for every row a decision is about; the journal's win. Attempt numbers
-    are only computed for jobs with more than one row (a single row is attempt 1), and only
-    decisions about another attempt than their own row's, or the journal's, are joined."""
+def _decisions(
+    frame: pl.DataFrame, attributions: pl.LazyFrame | None, window_start: datetime | None
+) -> pl.DataFrame:
+    """(row, cause) for every row a decision is about; the journal's win. Only decisions
+    about another attempt than their own row's, or the journal's, are joined by number."""
     job = pl.col("job_raw")
-    indexed = frame.with_row_index("row").with_columns(
-        ((job == job.shift(1)) | (job == job.shift(-1))).fill_null(False).alias("_multi")
-    )
-    chains = indexed.filter("_multi").select("row", "job_raw", _attempt_number())
-    own, elsewhere = _comment_decisions(indexed, chains)
+    indexed = frame.with_row_index("row")
+    numbered = _numbered(indexed, window_start)
+    own, elsewhere = _comment_decisions(indexed, numbered)
     keyed = pl.concat([_journal(attributions), elsewhere], how="vertical_relaxed")
     named = keyed["job_raw"].unique().implode()
-    singles = indexed.filter(~pl.col("_multi") & job.is_in(named)).select(
-        "row", "job_raw", pl.lit(1, pl.Int32).alias("attempt")
-    )
-    targets = pl.concat([chains.filter(job.is_in(named)), singles])
+    targets = numbered.filter(job.is_in(named) & pl.col("attempt").is_not_null())
     joined = targets.join(keyed, on=["job_raw", "attempt"], how="inner")
     return (
         pl.concat([joined.select("row", "cause", "priority"), own], how="vertical_relaxed")
@@ -76,20 +117,21 @@ def _decisions(frame: pl.DataFrame, attributions: pl.LazyFrame | None) -> pl.Dat
 
 
 def _comment_decisions(
-    indexed: pl.DataFrame, chains: pl.DataFrame
+    indexed: pl.DataFrame, numbered: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """AdminComment decisions: (row, cause) of those about their own row, and
-    (job_raw, attempt, cause) of those about another attempt of the same job."""
+    (job_raw, attempt, cause) of those about another attempt of the same job; one with
+    `n` on a row whose number is unknown is about neither for sure, and is left out."""
     comments = (
         indexed.filter(pl.col("comment_cause").is_not_null())
-        .join(chains.select("row", "attempt"), on="row", how="left")
-        .with_columns(pl.col("attempt").fill_null(1), pl.lit(1).alias("priority"))
+        .join(numbered.select("row", "attempt"), on="row", how="left")
+        .with_columns(pl.lit(1).alias("priority"))
     )
-    target = pl.coalesce("comment_n", "attempt")
+    n, attempt = pl.col("comment_n"), pl.col("attempt")
     cause = pl.col("comment_cause").alias("cause")
-    own = comments.filter(target == pl.col("attempt")).select("row", cause, "priority")
-    elsewhere = comments.filter(target != pl.col("attempt")).select(
-        "job_raw", target.alias("attempt"), cause, "priority"
+    own = comments.filter(n.is_null() | (n == attempt)).select("row", cause, "priority")
+    elsewhere = comments.filter(n != attempt).select(
+        "job_raw", n.alias("attempt"), cause, "priority"
     )
     return own, elsewhere
 

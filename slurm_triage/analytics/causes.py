@@ -32,6 +32,7 @@ _ACTIVE = {
     JobState.RUNNING,
     JobState.SUSPENDED,
     JobState.COMPLETING,
+    JobState.EXPEDITING,
     JobState.RESIZING,
     JobState.SIGNALING,
     JobState.STAGE_OUT,

@@ -10,6 +10,7 @@ the deciders).
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from slurm_triage.journal.store import JournalError
 from slurm_triage.taxonomy import Cause, Domain, info
 
 SACCT_TIMEOUT_MIN_S = 300.0
+# sacct prints each record's restart count (Restarts) from Slurm 24.11 on; older releases
+# refuse the field.
+RESTARTS_FROM = (24, 11)
 
 
 def fetch_sacct(config: SlurmConfig, since: datetime, until: datetime | None) -> str:
@@ -33,6 +37,31 @@ def fetch_sacct(config: SlurmConfig, since: datetime, until: datetime | None) ->
 
     door = open_door(config, timeout_s=max(config.timeout_s, SACCT_TIMEOUT_MIN_S))
     return door.accounting_text(since, until, SACCT_FIELDS)
+
+
+def fetch_report_sacct(
+    config: SlurmConfig, since: datetime, until: datetime | None
+) -> tuple[str, tuple[str, ...]]:
+    """The report's accounting of the period and its columns: SACCT_FIELDS, plus Restarts
+    where sacct has it, which numbers each attempt as our decisions do even when earlier
+    attempts ended before `since` (attribution_join). SlurmError (exit 3) as fetch_sacct."""
+    from slurm_triage.slurm import SlurmError, open_door
+
+    door = open_door(config, timeout_s=max(config.timeout_s, SACCT_TIMEOUT_MIN_S))
+    try:
+        version = door.slurm_version()
+    except SlurmError:
+        version = ""  # unknown: ask only for what every release has
+    fields = report_fields(version)
+    return door.accounting_text(since, until, fields), fields
+
+
+def report_fields(version: str) -> tuple[str, ...]:
+    """SACCT_FIELDS, with Restarts before AdminComment (free text stays last) on 24.11+."""
+    numbers = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if len(numbers) < 2 or numbers < RESTARTS_FROM:
+        return SACCT_FIELDS
+    return (*SACCT_FIELDS[:-1], "Restarts", SACCT_FIELDS[-1])
 
 
 def fetch_node_events(config: SlurmConfig, since: datetime, until: datetime | None) -> NodeEvents:

@@ -12,12 +12,17 @@ the scan did not return).
 
 Parsing: one lazy polars query, collected in one go, or by the streaming engine batch by
 batch when a progress bar watches. Only the columns the analysis needs are materialised.
-Free text may hold `|`. When the one free-text column is last (AdminComment in our own
-order), the schema carries OVERFLOW_COLUMNS spare columns that catch its pieces (text after
-a sixth `|` is dropped) and a cut comment is glued back before its triage object is read.
-When it sits in the middle (sacct's JobName is second by default), a field count per line
-is needed, which the CSV reader cannot give, so each line is read whole and split: about
-twice the time of the CSV path, on those layouts only.
+A layout with a job user's text (JobName, ...) is refused before any line is read
+(sacct_layout). Admins' text may hold `|`. When the one free-text column is last
+(AdminComment in our own order), the schema carries OVERFLOW_COLUMNS spare columns that
+catch its pieces (text after a sixth `|` is dropped) and a cut comment is glued back
+before its triage object is read. When it sits in the middle, a field count per line is
+needed, which the CSV reader cannot give, so each line is read whole and split: about twice
+the time of the CSV path, on those layouts only.
+
+A row is unparsable (counted, not read) when it lacks a job id, a state Slurm knows or a
+run time, has pieces its layout cannot place, a NodeList that is no hostlist, or is the
+last line of an input that does not end with a newline (a file cut off while written).
 
 AdminComment may hold our decision as compact JSON,
 `{"triage":{"cause":"gpu_unavailable","nodes":[...],"action":"...","n":1}}` (cause first,
@@ -28,13 +33,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
 
 from slurm_triage.analytics import causes
-from slurm_triage.analytics.sacct_layout import SACCT_FIELDS, IngestError, SacctLayout, layout_from
-from slurm_triage.analytics.sacct_steps import count_steps
+from slurm_triage.analytics.sacct_layout import (
+    PARSABLE_END,
+    SACCT_FIELDS,
+    IngestError,
+    SacctLayout,
+    layout_from,
+)
+from slurm_triage.analytics.sacct_steps import count_steps, cut_off_row
 from slurm_triage.errors import cannot_read
 from slurm_triage.slurm.model import JobState
 
@@ -58,6 +70,11 @@ _TRIAGE_N = r'"n":(\d+)[,}]'
 _ELAPSED = r"^(?:(?P<d>\d+)-)?(?P<h>\d+):(?P<m>\d\d):(?P<s>\d\d)$"
 # States whose rows keep their NodeList: the ones a node event can explain (events.py).
 NODE_EVENT_STATES = ("REQUEUED", "NODE_FAIL", "FAILED")
+# A Slurm hostlist (`gpu[001-004,9],cpu7`), or what sacct prints for no nodes ("None
+# assigned"): names and bracketed ranges, brackets balanced and not nested. A row whose
+# NodeList is none of these was cut or garbled, and hostlist.contains would refuse it.
+_RANGES = r"\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\]"
+_HOSTLIST = rf"^(?:[^\[\],]|{_RANGES})+(?:,(?:[^\[\],]|{_RANGES})+)*$"
 
 ATTEMPT_SCHEMA = {
     "job_raw": pl.Int64,
@@ -72,8 +89,9 @@ ATTEMPT_SCHEMA = {
 }
 # Columns only some inputs have (a String column costs 16 bytes a row even when empty):
 # nodelist when node events will be joined (NodeList of the rows in NODE_EVENT_STATES),
-# job_label when job_raw had to be made from JobID text (13_1).
-OPTIONAL_SCHEMA = {"nodelist": pl.String, "job_label": pl.String}
+# job_label when job_raw had to be made from JobID text (13_1), restarts when the input
+# has Slurm's Restarts (24.11 on: the attempt's absolute number less one).
+OPTIONAL_SCHEMA = {"nodelist": pl.String, "job_label": pl.String, "restarts": pl.Int32}
 
 Progress = Callable[[int, int], None]
 """Called as progress(rows_done, rows_expected) after each batch; the total is an estimate."""
@@ -94,6 +112,9 @@ class Accounting:
     bad_lines: int
     steps: int = 0
     layout: SacctLayout | None = None
+    # Where the accounting starts when sacct was asked from a date (-S): the attempts that
+    # ended before it are missing (attribution_join numbers attempts with that in mind).
+    window_start: datetime | None = None
 
 
 def read_sacct_file(
@@ -150,6 +171,10 @@ def _read(
         detail = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else "parse error"
         raise IngestError(f"{name}: not sacct output ({detail})") from None
     steps = count_steps(source, head, layout, parsed.height)
+    if cut_off_row(source, layout):
+        parsed = parsed.with_columns(
+            pl.col("_ragged") | (pl.int_range(pl.len()) == pl.len() - 1).alias("_ragged")
+        )
     return _valid_rows(parsed, name, layout, steps)
 
 
@@ -189,6 +214,8 @@ def scan_sacct(source: Path | bytes, layout: SacctLayout, encoding: str = "utf8"
     fields = {name: pl.col(name) for name in layout.names}
     # Extra pieces belong to a last free-text column; without one the line is broken.
     ragged = pl.lit(False) if layout.glue_is_last else pl.col(overflow[0]).is_not_null()
+    if layout.parsable_ending:
+        ragged = ragged | pl.col(PARSABLE_END).is_not_null()
     extras: list[pl.Expr] = []
     if layout.glue_field == "AdminComment":
         split = pl.col(overflow[0]).is_not_null()
@@ -233,6 +260,8 @@ def _split_lines(source: Path | bytes, layout: SacctLayout, encoding: str) -> pl
     else:
         step = pl.col("_line").str.contains(rf"\.[^|]*(?:\|[^|]*){{{n - 1 - at}}}$")
     ragged = pieces.list.len() < n if glue < n else pieces.list.len() != n
+    if layout.parsable_ending:
+        ragged = ragged | (fields[PARSABLE_END] != "")
     return (
         raw.filter(~step.fill_null(False))
         .with_columns(pl.col("_line").str.split("|").alias("_pieces"))
@@ -261,9 +290,13 @@ def _typed_columns(
     optional = []
     if layout.keep_node_lists and "NodeList" in fields:
         explained = pl.any_horizontal(state.str.starts_with(s) for s in NODE_EVENT_STATES)
-        optional.append(_owned(pl.when(explained).then(fields["NodeList"])).alias("nodelist"))
+        kept = pl.when(explained).then(fields["NodeList"])
+        optional.append(_owned(kept).alias("nodelist"))
+        ragged = ragged | ~(kept.str.contains(_HOSTLIST) | (kept == "")).fill_null(True)
     if label is not None:
         optional.append(_owned(label).alias("job_label"))
+    if "Restarts" in fields:
+        optional.append(fields["Restarts"].cast(pl.Int32, strict=False).alias("restarts"))
     return [
         *optional,
         job_raw.alias("job_raw"),
@@ -320,9 +353,13 @@ def _time(text: pl.Expr) -> pl.Expr:
 
 def _states(codes: pl.Series) -> pl.Series:
     """Slurm's state strings mapped to our buckets through JobState.parse, once per distinct
-    value ('CANCELLED by 0' -> CANCELLED; words Slurm may add later land in OTHER)."""
+    value ('CANCELLED by 0' -> CANCELLED; states with no bucket of their own land in OTHER);
+    null for a word that is no Slurm state (a shifted or garbled row)."""
     distinct = codes.unique().drop_nulls()
-    mapping = {text: causes.state_name(JobState.parse(text)) for text in distinct.cast(pl.String)}
+    mapping = {}
+    for text in distinct.cast(pl.String):
+        state = JobState.parse(text)
+        mapping[text] = None if state is JobState.UNKNOWN else causes.state_name(state)
     return codes.replace_strict(mapping, default=None, return_dtype=causes.STATE_DTYPE)
 
 
@@ -345,20 +382,24 @@ def _valid_rows(parsed: pl.DataFrame, source: str, layout: SacctLayout, steps: i
     """Drop blank and broken lines; input with no job row at all is not sacct output."""
     if parsed.height == 0 and steps == 0:
         raise IngestError(f"{source}: no sacct job rows found")
+    states = _states(parsed["_state"])
     ok = (
         parsed["job_raw"].is_not_null()
-        & parsed["_state"].is_not_null()
+        & states.is_not_null()
         & parsed["elapsed_s"].is_not_null()
         & ~parsed["_ragged"]
     )
+    if "restarts" in parsed.columns:
+        ok = ok & parsed["restarts"].is_not_null()
+    parsed = parsed.with_columns(states.alias("state"))
     good = parsed if ok.all() else parsed.filter(ok)  # the usual case copies nothing
     if good.height == 0:
-        hint = "" if layout.has_header else "; without a header, give --sacct-columns"
+        hint = _hint(parsed, layout)
         raise IngestError(
             f"{source}: not sacct output (no line has a job id, state and run time{hint})"
         )
     bad = parsed.height - good.height - int(parsed["_blank"].sum())
-    good = _typed_gpus(_rejoin_comments(good)).with_columns(_states(good["_state"]).alias("state"))
+    good = _typed_gpus(_rejoin_comments(good))
     # Built column by column (a `select` here costs a pass over every column), then made
     # contiguous once: the parallel reader leaves hundreds of chunks per column.
     names = [*ATTEMPT_SCHEMA, *(n for n in OPTIONAL_SCHEMA if n in good.columns)]
@@ -367,6 +408,15 @@ def _valid_rows(parsed: pl.DataFrame, source: str, layout: SacctLayout, steps: i
         # Stable, so a job's rows stay in file order.
         good = good.sort("job_raw", maintain_order=True)
     return Accounting(good, source, bad, max(steps, 0), layout)
+
+
+def _hint(parsed: pl.DataFrame, layout: SacctLayout) -> str:
+    """What to check when no line was read: the header, or a `-p` ending every line had."""
+    if layout.has_header:
+        return ""
+    if not layout.parsable_ending and parsed.height and parsed["_ragged"].all():
+        return f"; each line has more fields than the {len(layout.names)} columns named"
+    return "; without a header, give --sacct-columns"
 
 
 def _rejoin_comments(frame: pl.DataFrame) -> pl.DataFrame:

@@ -109,16 +109,17 @@ def hint_cause(reason: str) -> str:
     return Cause.NODE_FAILURE.value
 
 
-def join(done: pl.DataFrame, events: NodeEvents | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def join(done: pl.DataFrame, events: NodeEvents | None) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """`done` with the attempts a node event explains made failures (source node_event,
-    cause from the hint; a NODE_FAIL keeps its source and takes the hint's cause), and
-    the joined events per attempt row (JOINED_SCHEMA). Without events: unchanged."""
+    cause from the hint; a NODE_FAIL keeps its source and takes the hint's cause), the
+    joined events per attempt row (JOINED_SCHEMA), and how many attempts' NodeList
+    hostlist could not read (those are joined to no event). Without events: unchanged."""
     empty = pl.DataFrame(schema=JOINED_SCHEMA)
     if events is None or events.frame.height == 0 or "nodelist" not in done.columns:
-        return done, empty
-    joined = _matches(done, events.frame)
+        return done, empty, 0
+    joined, unreadable = _matches(done, events.frame)
     if joined.height == 0:
-        return done, empty
+        return done, empty, unreadable
     rows = joined["row"]
     hinted = joined["hint"].cast(causes.CAUSE_DTYPE)
     node_fail = done["state"].gather(rows) == "NODE_FAIL"
@@ -129,11 +130,13 @@ def join(done: pl.DataFrame, events: NodeEvents | None) -> tuple[pl.DataFrame, p
         done["cause"].scatter(rows, hinted),
         done["failure_source"].scatter(rows, source),
     )
-    return updated.with_columns(causes.domain_expr("cause").alias("domain")), joined
+    return updated.with_columns(causes.domain_expr("cause").alias("domain")), joined, unreadable
 
 
-def _matches(done: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
-    """Per candidate attempt, its nearest event in the window on one of its nodes."""
+def _matches(done: pl.DataFrame, events: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Per candidate attempt, its nearest event in the window on one of its nodes, and how
+    many candidates had a NodeList that hostlist refuses (ingest drops the malformed ones;
+    this catches what its pattern lets through, such as a range too large to hold)."""
     candidates = (
         done.with_row_index("row")
         .filter(
@@ -154,15 +157,21 @@ def _matches(done: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         events, pl.col("start") >= pl.col("_low"), pl.col("start") <= pl.col("_high")
     )
     if pairs.height == 0:
-        return pl.DataFrame(schema=JOINED_SCHEMA)
+        return pl.DataFrame(schema=JOINED_SCHEMA), 0
     # A one-node list is the node's name: compared in polars; bracketed lists in Python,
     # without expanding them (hostlist.contains).
     plain = pairs["nodelist"] == pairs["node"]
     listed = pairs["nodelist"].str.contains(r"[\[,]")
-    mask = [
-        bool(p) or (bool(ls) and hostlist.contains(nl, n))
-        for p, ls, nl, n in zip(plain, listed, pairs["nodelist"], pairs["node"], strict=True)
-    ]
+    mask: list[bool] = []
+    unreadable: set[int] = set()
+    for row, p, ls, nl, n in zip(
+        pairs["row"], plain, listed, pairs["nodelist"], pairs["node"], strict=True
+    ):
+        try:
+            mask.append(bool(p) or (bool(ls) and hostlist.contains(nl, n)))
+        except hostlist.HostlistError:
+            mask.append(False)
+            unreadable.add(row)
     on_node = pairs.filter(pl.Series(mask, dtype=pl.Boolean))
     nearest = (
         on_node.with_columns((pl.col("start") - pl.col("end")).abs().alias("_gap"))
@@ -170,13 +179,14 @@ def _matches(done: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         .unique("row", keep="first", maintain_order=True)
     )
     hints = [hint_cause(r or "") for r in nearest["reason"]]
-    return nearest.select(
+    joined = nearest.select(
         pl.col("row").cast(pl.UInt32),
         "node",
         pl.col("state").alias("event_state"),
         "reason",
         pl.Series("hint", hints, dtype=pl.String),
     )
+    return joined, len(unreadable)
 
 
 def unattributed_requeues(done: pl.DataFrame) -> tuple[int, float]:

@@ -86,8 +86,9 @@ def mttf_figure(table: pl.DataFrame, rf: float, gpus_per_node: int) -> Figure:
 
 
 def _measured_points(ax: plt.Axes, table: pl.DataFrame) -> None:
-    """Buckets with failures as points with error bars; without, as lower bounds."""
-    seen = table.filter(pl.col("failures") > 0)
+    """Buckets with failures as points with error bars; without, as lower bounds. A bucket
+    whose failures ran 0 s (ended at once) has no MTTF to draw."""
+    seen = table.filter((pl.col("failures") > 0) & (pl.col("run_hours") > 0))
     if seen.height:
         y = seen["mttf_hours"].to_numpy()
         low = y - seen["mttf_low_hours"].to_numpy()

@@ -75,11 +75,13 @@ def build_report(
     while a worker thread computes the job runs (polars, releasing it): on two cores the
     two overlap instead of queueing. `phase` names each step as it runs."""
     with phase("joining attributions and node events"):
-        attempts = analysis_module.ended_attempts(accounting, attributions, events)
+        attempts = analysis_module.ended_attempts(
+            accounting, attributions, events, analysis_module.node_gpus(options)
+        )
     with phase("computing failure rates and the ETTR model"):
         summary = analysis_module.summarise(accounting, attempts, options)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        tables = pool.submit(analysis_module.run_tables, attempts.done, options)
+        tables = pool.submit(analysis_module.run_tables, attempts, options)
         with phase(f"drawing {len(SUMMARY_FIGURES)} figures"):
             plots = render_plots(summary, out_dir)
         with phase("measuring ETTR of the job runs"):
@@ -165,7 +167,11 @@ def summary(analysis: Analysis) -> dict[str, Any]:
         "steps": analysis.steps,
         "columns": analysis.columns,
         "ended_attempts": analysis.ended_rows,
+        "gpu_rows": analysis.gpu_rows,
+        "gpus_from_nodes": analysis.options.gpus_from_nodes,
         "job_runs": analysis.job_runs,
+        "runs_in_progress": analysis.runs_in_progress,
+        "unnumbered_runs": analysis.unnumbered_runs,
         "first_submit": analysis.first_submit,
         "last_end": analysis.last_end,
         "gpu_hours": analysis.gpu_hours,
@@ -189,6 +195,7 @@ def summary(analysis: Analysis) -> dict[str, Any]:
             "unparsable": events.unparsable,
             "explained_failures": events.explained_failures,
             "hinted_node_fails": events.hinted_node_fails,
+            "unreadable_node_lists": events.unreadable_node_lists,
         },
         "unattributed_requeued": events.unattributed_requeued,
         "unattributed_requeued_gpu_hours": events.unattributed_requeued_gpu_hours,
@@ -246,6 +253,12 @@ def summary_text(analysis: Analysis, files: ReportFiles | None = None) -> str:
         f"attempts in {analysis.job_runs:,} job runs, {_num(analysis.gpu_hours)} GPU-hours"
         + (f" ({skipped_text} skipped)" if skipped_text else ""),
         f"columns: {analysis.columns}" if analysis.columns else "",
+        _gpus_line(analysis),
+        f"{analysis.runs_in_progress:,} job runs still pending or running left out of the "
+        "job runs (their ended attempts still count)"
+        if analysis.runs_in_progress
+        else "",
+        _unnumbered_line(analysis),
         f"period: {_date(analysis.first_submit)} to {_date(analysis.last_end)}",
         "states (jobs / GPU-hours): "
         + ", ".join(
@@ -278,6 +291,35 @@ def summary_text(analysis: Analysis, files: ReportFiles | None = None) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def _gpus_line(analysis: Analysis) -> str:
+    """The warning when accounting gave no GPU count: every job then counts 0 GPUs, so no
+    failure of a GPU job shows, or what the counts were taken from instead."""
+    opts = analysis.options
+    if opts.gpus_from_nodes:
+        return (
+            f"GPUs: a row without a gres/gpu count is taken as NNodes x {opts.gpus_per_node} "
+            f"(--gpus-from-nodes; {analysis.gpu_rows:,} rows had a count)"
+        )
+    if analysis.gpu_rows:
+        return ""
+    return (
+        "WARNING: no row has a GPU count (AllocTRES without gres/gpu), so every job counts "
+        "0 GPUs and no failure of a GPU job shows: Slurm tracks GPUs in accounting only "
+        "with AccountingStorageTRES=gres/gpu in slurm.conf (from then on); on a cluster of "
+        "whole GPU nodes, --gpus-from-nodes counts NNodes x --gpus-per-node"
+    )
+
+
+def _unnumbered_line(analysis: Analysis) -> str:
+    if not analysis.unnumbered_runs:
+        return ""
+    return (
+        f"{analysis.unnumbered_runs:,} job runs began before the window: without Slurm's "
+        "Restarts (24.11 on) their attempts cannot be numbered, so decisions about an "
+        "attempt by number (journal, AdminComment n) are not joined to them"
+    )
+
+
 def _sources_line(analysis: Analysis) -> str:
     rows = {r["failure_source"]: r for r in _records(analysis.failure_sources)}
     parts = [
@@ -305,7 +347,12 @@ def _events_lines(analysis: Analysis) -> list[str]:
         f"took a node out of service; they explain {events.explained_failures:,} "
         f"REQUEUED/FAILED attempts as node failures and name the cause of "
         f"{events.hinted_node_fails:,} NODE_FAIL ones"
-        + (f" ({events.unparsable:,} unparsable lines skipped)" if events.unparsable else ""),
+        + (f" ({events.unparsable:,} unparsable lines skipped)" if events.unparsable else "")
+        + (
+            f"; {events.unreadable_node_lists:,} attempts' NodeList unreadable, not joined"
+            if events.unreadable_node_lists
+            else ""
+        ),
         f"REQUEUED attempts with no attribution and no node event: {count:,} "
         f"({_num(hours)} GPU-hours), not counted as failures",
     ]

@@ -12,7 +12,7 @@ FAILED; most are requeued as a new row with the same job id, as Slurm does with 
 
 Two forms of the text (synth_text): `triage`, slurm-triage's own columns with our
 attribution in AdminComment; `plain`, what a site's `sacct -P` dump looks like, with JobID
-(array tasks as 13_1), JobName, Elapsed, a header, no AdminComment and, with `steps`, the
+(array tasks as 13_1), Elapsed, a header, no JobName, no AdminComment and, with `steps`, the
 step rows of sacct without -X; there, a failure Slurm requeued is a bare REQUEUED row,
 like a preemption's, and only the node events tell them apart. Each failure leaves one node
 event on one of the attempt's nodes (DOWN*, or a DRAIN by a health check or Slurm's

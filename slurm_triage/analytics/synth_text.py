@@ -3,10 +3,11 @@ form, their step rows, and the node events as `sacctmgr -P show event` prints th
 
 - `triage`: slurm-triage's own columns (sacct_layout.SACCT_FIELDS), AdminComment last with
   our attribution; what `report --since` reads.
-- `plain`: `sacct -a -D -P -o PLAIN_FIELDS` with its header, as a site saves it: JobID only
-  (array tasks `13_1`), JobName (the user's, a few with `|` in them), Elapsed as
-  [D-]HH:MM:SS (secs2time_str), no AdminComment; with steps, the `ID.batch`, `ID.extern`
-  and `ID.0` rows sacct prints without -X after each job row.
+- `plain`: `sacct -a -D -P -o PLAIN_FIELDS` with its header, as a site saves it for the
+  report: JobID only (array tasks `13_1`), Elapsed as [D-]HH:MM:SS (secs2time_str), no
+  AdminComment, and no JobName (a job user's text, which the report refuses:
+  sacct_layout); with steps, the `ID.batch`, `ID.extern` and `ID.0` rows sacct prints
+  without -X after each job row.
 - Node events in sacctmgr's default order (Cluster,NodeName,Start,End,State,Reason,User;
   header TimeStart/TimeEnd; `Unknown` for an open event; User `name(uid)`, empty when
   slurmctld set the state itself), as read from Slurm's source (slurm/events.py).
@@ -25,7 +26,6 @@ EPOCH = np.datetime64("2025-01-01T00:00:00", "s")
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
 PLAIN_FIELDS = (
     "JobID",
-    "JobName",
     "Partition",
     "Account",
     "State",
@@ -170,17 +170,10 @@ def _plain_columns() -> list[pl.Expr]:
     )
     suffix = pl.col("_step").replace_strict({0: "", 1: ".batch", 2: ".extern", 3: ".0"})
     never = pl.col("_never")
-    name = (
-        pl.when(job % 997 == 0)
-        .then(pl.lit("sweep|lr=3e-4"))  # a user's job name holding the separator
-        .otherwise(pl.format("train-user{}", pl.col("_user")))
-    )
-    step_name = pl.col("_step").replace_strict({1: "batch", 2: "extern", 3: "python"}, default="")
     elapsed = pl.when(never).then(0).otherwise(pl.col("_elapsed"))
     values = {
         **_common(never),
         "JobID": pl.concat_str(job_id, suffix),
-        "JobName": pl.when(pl.col("_step") == 0).then(name).otherwise(step_name),
         "Partition": pl.when(pl.col("_step") == 0).then(pl.lit("learn")).otherwise(pl.lit("")),
         "Account": pl.format("proj{}", pl.col("_user") % 20),
         "Elapsed": _elapsed_text(elapsed),

@@ -90,7 +90,7 @@ def _register_synth(sub: Any) -> None:
         "less, a long tail to 8192 GPUs, the paper's state mix, and node failures at rate "
         "r_f (a Poisson process over each attempt's node-days). --form triage: our columns "
         "with attributions in AdminComment; --form plain: a site's `sacct -P` dump (JobID, "
-        "JobName, Elapsed, header, no AdminComment, --steps for step rows), where a failure "
+        "Elapsed, header, no JobName or AdminComment, --steps for step rows), where a failure "
         "Slurm requeued is a bare REQUEUED row and only the node events (--events-out, as "
         "`sacctmgr -P show event` prints them) tell it from a preemption. The analysis "
         "recovers r_f from it.",

@@ -10,6 +10,7 @@ Slurm command failing is exit 3.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import threading
@@ -82,6 +83,13 @@ def register(sub: Any) -> None:
     journal.add_argument("--no-journal", action="store_true", help="AdminComment only")
     parser.add_argument("--min-gpus", default="128", metavar="G", help="r_f population: > G")
     parser.add_argument("--gpus-per-node", default="8", metavar="G", help="default 8")
+    parser.add_argument(
+        "--gpus-from-nodes",
+        action="store_true",
+        help="count a job whose AllocTRES has no gres/gpu (AccountingStorageTRES without "
+        "gres/gpu, Slurm's default) as NNodes x --gpus-per-node GPUs: for clusters of whole "
+        "GPU nodes only",
+    )
     parser.add_argument("--ckpt-interval-min", default="60", metavar="D", help="assumed dt")
     parser.add_argument("--restart-min", default="5", metavar="U", help="assumed u0")
     parser.add_argument(
@@ -102,6 +110,7 @@ def _options(args: argparse.Namespace) -> Any:
     return ReportOptions(
         min_gpus=int(number(args.min_gpus, "--min-gpus", integer=True, strict=False)),
         gpus_per_node=positive_int(args.gpus_per_node, "--gpus-per-node"),
+        gpus_from_nodes=args.gpus_from_nodes,
         assume=RunAssumptions(
             ckpt_interval_min=number(args.ckpt_interval_min, "--ckpt-interval-min"),
             restart_min=number(args.restart_min, "--restart-min", strict=False),
@@ -146,16 +155,21 @@ def _accounting(args: argparse.Namespace, context: Any) -> Any:
             )
         finally:
             bar.close()
-    from slurm_triage.analytics.fetch import fetch_sacct
+    from slurm_triage.analytics.fetch import fetch_report_sacct
 
     if args.sacct_columns is not None:
         raise TriageError("--sacct-columns names the columns of a --sacct file")
     since = parse_date(args.since, "--since")
     until = parse_date(args.until, "--until") if args.until else None
-    text = fetch_sacct(context.config().slurm, since, until)
-    return ingest.read_sacct_text(
-        text, source=f"sacct since {args.since}", node_lists=_events_wanted(args)
+    text, fields = fetch_report_sacct(context.config().slurm, since, until)
+    accounting = ingest.read_sacct_text(
+        text,
+        source=f"sacct since {args.since}",
+        columns=",".join(fields),
+        node_lists=_events_wanted(args),
     )
+    # sacct -S leaves out the attempts that ended before `since` (attribution_join).
+    return dataclasses.replace(accounting, window_start=since)
 
 
 def _report(args: argparse.Namespace, context: Any) -> int:

@@ -1,5 +1,5 @@
 """Accounting as sites really have it (issue 18, item 2): JobID or JobIDRaw, Elapsed or
-ElapsedRaw, with or without header and AdminComment, `|` in free text anywhere, and step
+ElapsedRaw, with or without header and AdminComment, `|` in admins' text anywhere, and step
 rows skipped before parsing and counted as steps, not as unparsable lines."""
 
 from __future__ import annotations
@@ -12,22 +12,22 @@ import pytest
 from slurm_triage.analytics import analysis, ingest
 from slurm_triage.analytics.ingest import IngestError
 
-# `sacct -a -D -P -o JobID,JobName,State,Submit,Start,End,Elapsed,NNodes,AllocTRES,NodeList`
-# as Slurm prints it without -X: each job row is followed by its steps. Job 41 was
-# requeued (two rows), array task 50_2 ran a day and more, job 44's name holds `|`.
+# `sacct -a -D -P -o JobID,State,Submit,Start,End,Elapsed,NNodes,AllocTRES,NodeList` as
+# Slurm prints it without -X: each job row is followed by its steps. Job 41 was requeued
+# (two rows), array task 50_2 ran a day and more.
 PLAIN = """\
-JobID|JobName|State|Submit|Start|End|Elapsed|NNodes|AllocTRES|NodeList
-41|train|REQUEUED|2026-01-01T00:00:00|2026-01-01T00:10:00|2026-01-01T02:10:00|02:00:00|32|billing=256,gres/gpu=256,node=32|node[1-32]
-41.batch|batch|CANCELLED|2026-01-01T00:10:00|2026-01-01T00:10:00|2026-01-01T02:10:00|02:00:00|1|cpu=12,mem=1G,node=1|node1
-41.extern|extern|COMPLETED|2026-01-01T00:10:00|2026-01-01T00:10:00|2026-01-01T02:10:00|02:00:00|32|cpu=384,node=32|node[1-32]
-41.0|python|CANCELLED|2026-01-01T00:10:01|2026-01-01T00:10:01|2026-01-01T02:10:00|01:59:59|32|cpu=384,node=32|node[1-32]
-41|train|COMPLETED|2026-01-01T00:00:00|2026-01-01T03:10:00|2026-01-01T05:10:00|02:00:00|32|billing=256,gres/gpu=256,node=32|node[1-32]
-41.batch|batch|COMPLETED|2026-01-01T03:10:00|2026-01-01T03:10:00|2026-01-01T05:10:00|02:00:00|1|cpu=12,mem=1G,node=1|node1
-50_2|sweep|FAILED|2026-01-01T00:00:00|2026-01-01T00:00:05|2026-01-02T02:03:09|1-02:03:04|1|billing=8,gres/gpu=8,node=1|node40
-50_2.batch|batch|FAILED|2026-01-01T00:00:05|2026-01-01T00:00:05|2026-01-02T02:03:09|1-02:03:04|1|cpu=12,node=1|node40
-50_3|sweep|COMPLETED|2026-01-01T00:00:00|2026-01-01T00:00:05|2026-01-01T00:01:05|00:01:00|1|billing=8,gres/gpu=8,node=1|node41
-44|a|b|FAILED|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T01:00:00|01:00:00|1|billing=8,gres/gpu=8,node=1|node42
-44.batch|batch|FAILED|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T01:00:00|01:00:00|1|cpu=12,node=1|node42
+JobID|State|Submit|Start|End|Elapsed|NNodes|AllocTRES|NodeList
+41|REQUEUED|2026-01-01T00:00:00|2026-01-01T00:10:00|2026-01-01T02:10:00|02:00:00|32|billing=256,gres/gpu=256,node=32|node[1-32]
+41.batch|CANCELLED|2026-01-01T00:10:00|2026-01-01T00:10:00|2026-01-01T02:10:00|02:00:00|1|cpu=12,mem=1G,node=1|node1
+41.extern|COMPLETED|2026-01-01T00:10:00|2026-01-01T00:10:00|2026-01-01T02:10:00|02:00:00|32|cpu=384,node=32|node[1-32]
+41.0|CANCELLED|2026-01-01T00:10:01|2026-01-01T00:10:01|2026-01-01T02:10:00|01:59:59|32|cpu=384,node=32|node[1-32]
+41|COMPLETED|2026-01-01T00:00:00|2026-01-01T03:10:00|2026-01-01T05:10:00|02:00:00|32|billing=256,gres/gpu=256,node=32|node[1-32]
+41.batch|COMPLETED|2026-01-01T03:10:00|2026-01-01T03:10:00|2026-01-01T05:10:00|02:00:00|1|cpu=12,mem=1G,node=1|node1
+50_2|FAILED|2026-01-01T00:00:00|2026-01-01T00:00:05|2026-01-02T02:03:09|1-02:03:04|1|billing=8,gres/gpu=8,node=1|node40
+50_2.batch|FAILED|2026-01-01T00:00:05|2026-01-01T00:00:05|2026-01-02T02:03:09|1-02:03:04|1|cpu=12,node=1|node40
+50_3|COMPLETED|2026-01-01T00:00:00|2026-01-01T00:00:05|2026-01-01T00:01:05|00:01:00|1|billing=8,gres/gpu=8,node=1|node41
+44|FAILED|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T01:00:00|01:00:00|1|billing=8,gres/gpu=8,node=1|node42
+44.batch|FAILED|2026-01-01T00:00:00|2026-01-01T00:00:00|2026-01-01T01:00:00|01:00:00|1|cpu=12,node=1|node42
 """  # noqa: E501
 
 
@@ -38,7 +38,7 @@ def _read(tmp_path: Path, text: str, columns: str | None = None) -> ingest.Accou
 
 
 def test_plain_sacct_reads_every_job_row_and_counts_steps(tmp_path: Path) -> None:
-    """JobID, Elapsed, a JobName with `|`, steps: five job rows, six steps, nothing broken."""
+    """JobID, Elapsed, steps: five job rows, six steps, nothing broken."""
     accounting = _read(tmp_path, PLAIN)
     assert accounting.attempts.height == 5
     assert accounting.steps == 6
@@ -93,10 +93,10 @@ def test_jobidraw_elapsedraw_admincomment_in_the_middle(tmp_path: Path) -> None:
 
 
 def test_two_free_text_columns_make_extra_pieces_unparsable(tmp_path: Path) -> None:
-    """With JobName and AdminComment both present, a row with an extra `|` cannot be
-    placed: it is counted as unparsable, never guessed (a name must not forge a state)."""
+    """With SystemComment and AdminComment both present, a row with an extra `|` cannot be
+    placed: it is counted as unparsable, never guessed (a comment must not forge a state)."""
     text = (
-        "JobIDRaw|JobName|State|AdminComment|Submit|End|ElapsedRaw|NNodes\n"
+        "JobIDRaw|SystemComment|State|AdminComment|Submit|End|ElapsedRaw|NNodes\n"
         "1|x|NODE_FAIL|COMPLETED||2026-01-01T00:00:00|2026-01-01T01:00:00|3600|1\n"
         "2|ok|COMPLETED||2026-01-01T00:00:00|2026-01-01T01:00:00|3600|1\n"
     )
@@ -109,7 +109,7 @@ def test_headerless_file_with_its_column_list(tmp_path: Path) -> None:
     """Without a header the -o list names the columns (case and %width as sacct takes
     them); a wrong guess is a one-line error that says what to give."""
     body = PLAIN.split("\n", 1)[1]
-    columns = "jobid,jobname%30,state,submit,start,end,elapsed,nnodes,alloctres,nodelist"
+    columns = "jobid,state%30,submit,start,end,elapsed,nnodes,alloctres,nodelist"
     assert _read(tmp_path, body, columns).attempts.equals(_read(tmp_path, PLAIN).attempts)
     with pytest.raises(IngestError, match="give --sacct-columns"):
         _read(tmp_path, body)
@@ -123,7 +123,7 @@ def test_a_column_list_that_contradicts_the_header_is_refused(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("header", "missing"),
     [
-        ("JobName|State|Submit|End|Elapsed|NNodes", "JobIDRaw or JobID"),
+        ("Partition|State|Submit|End|Elapsed|NNodes", "JobIDRaw or JobID"),
         ("JobID|State|Submit|End|NNodes", "ElapsedRaw or Elapsed"),
         ("JobID|State|Submit|End|Elapsed", "NNodes or AllocNodes"),
     ],
