@@ -17,6 +17,11 @@ Slurm numbers GPUs:
   follows the device files, so id i is `/dev/nvidia<i>`. The two orders differ on some
   hosts (PrincetonUniversity/jobstats#34).
 
+With MIG, Slurm's ids name MIG devices, not GPUs (`mig_gres_order`): with `AutoDetect=nvml`
+each MIG device is a gres record of its own (src/plugins/gpu/nvml/gpu_nvml.c), and
+SLURM_JOB_GPUS holds those records' indices (gres_common.c). Ids are then matched through
+`mig_gres_order` only, never as GPU positions: a wrong match would judge another job's GPU.
+
 Pure: the callers read sysfs and NVML.
 """
 
@@ -42,12 +47,74 @@ _BUS_ID = r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-
 MAX_GPU_ID = 1023  # Slurm's gres bitmaps are small; larger numbers are not GPU ids
 
 
+class MigDevice(Frozen):
+    """One MIG device of a GPU: its index under the parent (NVML), its GPU and compute
+    instance ids (None: NVML did not say)."""
+
+    index: int
+    gpu_instance: int | None
+    compute_instance: int | None
+
+
 class NvmlDevice(Frozen):
     """One GPU as NVML shows it to this process; None where NVML could not say (lost)."""
 
     index: int
     bus_id: str | None = None  # canonical_bus_id form
     minor: int | None = None
+    # Its MIG devices: () when MIG is off (or on with none made); None: NVML did not say.
+    mig: tuple[MigDevice, ...] | None = ()
+
+
+class GresGpu(Frozen):
+    """What one of Slurm's GPU ids names: a whole GPU (NVML index), or one MIG device on it."""
+
+    gpu: int
+    mig: MigDevice | None = None
+
+
+def in_mig_mode(devices: Sequence[NvmlDevice]) -> bool:
+    """Some GPU here has MIG devices, so Slurm's ids name MIG devices (see mig_gres_order)."""
+    return any(d.mig for d in devices)
+
+
+def mig_gres_order(
+    devices: Sequence[NvmlDevice], host_bus_ids: Sequence[str], order: GpuOrder
+) -> tuple[GresGpu, ...] | None:
+    """Slurm's GPU records on a node with MIG, in the order of Slurm's ids; None when that
+    order cannot be told here.
+
+    Slurm's gpu/nvml plugin (gpu_nvml.c, 21.08 to 25.11) makes one record per MIG device of
+    a GPU in MIG mode, with File "/dev/nvidia<minor>,/dev/nvidia-caps/nvidia-cap<gi>,
+    .../nvidia-cap<ci>" and no Links, and one per other GPU with Links naming its NVML index
+    (a GPU in MIG mode without MIG devices is such a whole GPU). gres_gpu.c then sorts them
+    by File (strnatcmp), then, stably, by the index in Links with no Links last: the whole
+    GPUs in NVML order, then the MIG devices by parent minor number, then by the
+    nvidia-caps minors of their GPU instance and compute instance, which the driver's
+    /proc/driver/nvidia-caps/mig-minors numbers in (GPU, GPU instance, compute instance)
+    order. An id is its record's position (gres.c counts a MultipleFiles record once).
+
+    Only for `AutoDetect=nvml` ("pci_bus"; a hand-written gres.conf lists MIG devices in
+    its own order), and only when every GPU of the host is seen with what this takes (a
+    device cgroup hides the other GPUs, whose MIG devices come before or between ours)."""
+    if order != "pci_bus":
+        return None
+    host = {b for b in (canonical_bus_id(h) for h in host_bus_ids) if b is not None}
+    seen = {d.bus_id for d in devices}
+    if not host or seen != host or len(devices) != len(host):
+        return None
+    whole: list[GresGpu] = []
+    slices: list[tuple[int, int, int, GresGpu]] = []
+    for d in sorted(devices, key=lambda d: d.index):
+        if d.mig is None or d.minor is None:
+            return None
+        if not d.mig:
+            whole.append(GresGpu(d.index))
+        for m in d.mig:
+            if m.gpu_instance is None or m.compute_instance is None:
+                return None
+            slices.append((d.minor, m.gpu_instance, m.compute_instance, GresGpu(d.index, m)))
+    return (*whole, *(s[3] for s in sorted(slices, key=lambda s: s[:3])))
 
 
 def slurm_gpu_ids(

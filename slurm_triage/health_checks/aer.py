@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurm_triage.health_checks.counter_deltas import judged_against
 from slurm_triage.health_checks.result import Action, CheckResult, Severity, fail, ok, skipped, warn
 
 KINDS = ("fatal", "nonfatal", "correctable")  # most severe first
@@ -125,8 +126,11 @@ def check_aer(devices: Sequence[AerDevice], previous: Mapping[str, Any], **_: An
     worst: CheckResult | None = None
     for kind in KINDS:
         for d in devices:
-            now, before = d.totals.get(kind), last.get(d.bdf, {}).get(kind)
-            if now is None or (before is not None and now <= before):
+            now, saved = d.totals.get(kind), last.get(d.bdf, {}).get(kind)
+            if now is None:
+                continue
+            before = judged_against(now, saved)
+            if before is not None and now <= before:
                 continue
             what = f"{d.role} {d.bdf} {kind} AER errors"
             detail = _named(d, kind)

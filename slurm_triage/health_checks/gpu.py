@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_triage.config import HealthConfig
-from slurm_triage.gpu_ids import JobScope, NvmlDevice, canonical_bus_id, job_devices
+from slurm_triage.health_checks.counter_deltas import judged_against
 from slurm_triage.health_checks.nvml_facts import GpuFacts, NvmlFacts
 from slurm_triage.health_checks.result import (
     Action,
@@ -60,7 +60,7 @@ def _nvml_form(sysfs_bdf: str) -> str:
     return f"{int(domain, 16):08X}:{rest.upper()}"
 
 
-def _nvml_unusable(check: str, facts: NvmlFacts) -> CheckResult | None:
+def nvml_unusable(check: str, facts: NvmlFacts) -> CheckResult | None:
     if facts.init_error is None:
         return None
     return unknown(check, f"NVML unavailable: {facts.init_error}", error=facts.init_error)
@@ -110,7 +110,7 @@ def check_count(
 def check_lost(facts: NvmlFacts, pci_bus_ids: Sequence[str], **_: Any) -> CheckResult:
     """No device answers GPU-is-lost or reset-required."""
     name = "gpu.lost"
-    if (early := _nvml_unusable(name, facts)) is not None:
+    if (early := nvml_unusable(name, facts)) is not None:
         return early
     for gpu in facts.gpus:
         if gpu.is_lost():
@@ -143,7 +143,7 @@ def check_lost(facts: NvmlFacts, pci_bus_ids: Sequence[str], **_: Any) -> CheckR
     return ok(name, f"{len(facts.gpus)} GPUs answer")
 
 
-def _usable(facts: NvmlFacts) -> list[GpuFacts]:
+def usable_gpus(facts: NvmlFacts) -> list[GpuFacts]:
     return [g for g in facts.gpus if not g.is_unusable()]
 
 
@@ -151,9 +151,9 @@ def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckR
     """No uncorrectable ECC since driver load, no new aggregate ones, no pending retirement,
     and the driver's recovery action (where it has one) is NONE."""
     name = "gpu.ecc"
-    if (early := _nvml_unusable(name, facts)) is not None:
+    if (early := nvml_unusable(name, facts)) is not None:
         return early
-    gpus = _usable(facts)
+    gpus = usable_gpus(facts)
     if all(g.ecc_volatile_uncorrected is None and g.recovery_action is None for g in gpus):
         return skipped(name, "ECC not supported or disabled on these GPUs")
     last = previous.get("ecc_aggregate", {})
@@ -177,12 +177,9 @@ def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckR
                 gpu=g.index,
                 volatile=g.ecc_volatile_uncorrected,
             )
-        before = last.get(str(g.index))
-        if (
-            g.ecc_aggregate_uncorrected
-            and before is not None
-            and g.ecc_aggregate_uncorrected > before
-        ):
+        now = g.ecc_aggregate_uncorrected
+        before = None if now is None else judged_against(now, last.get(str(g.index)))
+        if now and before is not None and now > before:
             return fail(
                 name,
                 f"{g.label} uncorrectable ECC count rose {before}->{g.ecc_aggregate_uncorrected}",
@@ -208,9 +205,9 @@ def check_row_remap(facts: NvmlFacts, **_: Any) -> CheckResult:
     """Row remapping (Ampere+): a failed remap is an RMA candidate, a pending one needs a
     reset when the GPU is idle."""
     name = "gpu.row_remap"
-    if (early := _nvml_unusable(name, facts)) is not None:
+    if (early := nvml_unusable(name, facts)) is not None:
         return early
-    gpus = [g for g in _usable(facts) if g.remap is not None]
+    gpus = [g for g in usable_gpus(facts) if g.remap is not None]
     if not gpus:
         return skipped(name, "row remapping not supported (pre-Ampere, or MIG active)")
     for g in gpus:
@@ -248,11 +245,11 @@ def check_nvlink(
     (its baseline, kept with the counters); a node without a baseline yet is only warned
     about GPUs with fewer links up than their peers."""
     name = "gpu.nvlink"
-    if (early := _nvml_unusable(name, facts)) is not None:
+    if (early := nvml_unusable(name, facts)) is not None:
         return early
     if config.nvlinks_per_gpu == 0:
         return skipped(name, "NVLink not checked (health.nvlinks_per_gpu = 0)")
-    gpus = [g for g in _usable(facts) if g.nvlink_up is not None]
+    gpus = [g for g in usable_gpus(facts) if g.nvlink_up is not None]
     if not gpus:
         return skipped(name, "no NVLink on these GPUs")
     baseline: Mapping[str, Any] = previous.get(NVLINK_BASELINE_KEY, {})
@@ -261,7 +258,7 @@ def check_nvlink(
             return failure
     last = previous.get("nvlink_errors", {})
     for g in gpus:
-        before = last.get(str(g.index))
+        before = judged_against(g.nvlink_errors or 0, last.get(str(g.index)))
         if before is not None and (g.nvlink_errors or 0) > before:
             return warn(
                 name, f"GPU{g.index} NVLink errors rose {before}->{g.nvlink_errors}", gpu=g.index
@@ -332,7 +329,7 @@ def nvlink_baseline(
     kept: dict[str, list[int]] = dict(previous.get(NVLINK_BASELINE_KEY, {}))
     if not node_healthy or facts.init_error is not None:
         return kept
-    for g in _usable(facts):
+    for g in usable_gpus(facts):
         if g.nvlink_up is not None:
             key = _gpu_key(g)
             kept[key] = sorted(set(kept.get(key, [])) | set(_up_links(g)))
@@ -343,9 +340,9 @@ def check_pcie(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> Check
     """Link width at its maximum; generation only judged under load (idle GPUs downclock the
     link to save power); replay counter not rising."""
     name = "gpu.pcie"
-    if (early := _nvml_unusable(name, facts)) is not None:
+    if (early := nvml_unusable(name, facts)) is not None:
         return early
-    gpus = [g for g in _usable(facts) if g.pcie_width is not None]
+    gpus = [g for g in usable_gpus(facts) if g.pcie_width is not None]
     if not gpus:
         return skipped(name, "PCIe link information not available")
     last = previous.get("pcie_replays", {})
@@ -368,7 +365,7 @@ def check_pcie(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> Check
                 Action.DRAIN,
                 gpu=g.index,
             )
-        before = last.get(str(g.index))
+        before = judged_against(g.pcie_replays or 0, last.get(str(g.index)))
         if before is not None and (g.pcie_replays or 0) > before:
             return warn(name, f"GPU{g.index} PCIe replays rose {before}->{g.pcie_replays}")
     return ok(name, "PCIe width at maximum (generation only judged under load)")
@@ -377,9 +374,9 @@ def check_pcie(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> Check
 def check_thermal(facts: NvmlFacts, config: HealthConfig, **_: Any) -> CheckResult:
     """No hardware slowdown (thermal, power brake) and temperature below the limit."""
     name = "gpu.thermal"
-    if (early := _nvml_unusable(name, facts)) is not None:
+    if (early := nvml_unusable(name, facts)) is not None:
         return early
-    for g in _usable(facts):
+    for g in usable_gpus(facts):
         slow = [n for bit, n in HW_SLOWDOWN_BITS.items() if (g.clock_reasons or 0) & bit]
         if slow:
             return fail(
@@ -403,59 +400,19 @@ def check_thermal(facts: NvmlFacts, config: HealthConfig, **_: Any) -> CheckResu
     return ok(name, "no hardware slowdown")
 
 
-def check_processes(
-    facts: NvmlFacts,
-    mode: str,
-    pci_bus_ids: Sequence[str] = (),
-    config: HealthConfig | None = None,
-    job: JobScope | None = None,
-    gpu_processes: Mapping[str, tuple[int, ...] | None] | None = None,
-    **_: Any,
-) -> CheckResult:
-    """Before a job starts (prolog), no compute process may hold one of its GPUs.
-
-    Only the job's GPUs (SLURM_JOB_GPUS, matched to NVML devices by gpu_ids.py): on a
-    shared node the other GPUs belong to jobs that are running. A job Slurm gave no GPUs
-    is checked on every GPU only when it has the node to itself; `job` None (not run by a
-    Prolog) means the whole node. `gpu_processes` (bus id -> pids) is read for this run
-    even when `facts` were read earlier (the node agent's kept facts): the previous job's
-    processes must not be taken for strays of this one."""
-    name = "gpu.processes"
-    if mode != "prolog":
-        return skipped(name, "only meaningful before a job starts (prolog)")
-    if (early := _nvml_unusable(name, facts)) is not None:
-        return early
-    gpus = _usable(facts)
-    if job is not None and job.gpu_ids is None and not job.whole_node:
-        return skipped(name, "the job has no GPUs on this shared node (SLURM_JOB_GPUS unset)")
-    if job is not None and job.gpu_ids is not None:
-        order = config.slurm_gpu_order if config is not None else "pci_bus"
-        devices = [NvmlDevice(g.index, canonical_bus_id(g.bus_id), g.minor) for g in gpus]
-        mine = job_devices(job.gpu_ids, devices, pci_bus_ids, order)
-        if job.gpu_ids and not mine:
-            return unknown(name, f"none of the job's GPUs {list(job.gpu_ids)} found in NVML")
-        gpus = [g for g in gpus if g.index in mine]
-    for g in gpus:
-        processes = g.processes
-        if gpu_processes is not None and g.bus_id is not None and g.bus_id in gpu_processes:
-            processes = gpu_processes[g.bus_id]
-        if processes:
-            return fail(
-                name,
-                f"{g.label} held by stray process(es) {list(processes)[:4]}",
-                HIGH,
-                Action.DRAIN_NOW,
-                gpu=g.index,
-                pids=list(processes),
-            )
-    where = "any GPU" if job is None or job.gpu_ids is None else f"the job's {len(gpus)} GPUs"
-    return ok(name, f"no compute processes on {where}")
+# Each group of counters and the check that judges its rises: the runner saves a group only
+# when that check ran, so that no other run swallows a rise before it is judged.
+COUNTER_CHECKS = {
+    "ecc_aggregate": "gpu.ecc",
+    "nvlink_errors": "gpu.nvlink",
+    "pcie_replays": "gpu.pcie",
+}
 
 
 def counters(facts: NvmlFacts) -> dict[str, dict[str, int]]:
-    """The cumulative counters to remember for the next run's deltas."""
+    """The cumulative counters to remember for the next run's deltas (COUNTER_CHECKS)."""
     out: dict[str, dict[str, int]] = {"ecc_aggregate": {}, "nvlink_errors": {}, "pcie_replays": {}}
-    for g in _usable(facts):
+    for g in usable_gpus(facts):
         for key, value in (
             ("ecc_aggregate", g.ecc_aggregate_uncorrected),
             ("nvlink_errors", g.nvlink_errors),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_triage.config import HealthConfig
+from slurm_triage.health_checks.counter_deltas import judged_against
 from slurm_triage.health_checks.result import Action, CheckResult, Severity, fail, ok, skipped, warn
 
 COUNTERS = (
@@ -171,18 +172,17 @@ def check_ports(
             )
         before = last.get(p.port, {})
         for counter, value in (p.counters or {}).items():
-            if counter in before and value > before[counter]:
+            was = judged_against(value, before.get(counter))
+            if was is not None and value > was:
                 if counter in _FATAL_COUNTERS:
                     return fail(
                         name,
-                        f"{p.port} {counter} rose {before[counter]}->{value}",
+                        f"{p.port} {counter} rose {was}->{value}",
                         Severity.HIGH,
                         Action.DRAIN_NOW,
                         port=p.port,
                     )
-                trend = trend or warn(
-                    name, f"{p.port} {counter} rose {before[counter]}->{value}", port=p.port
-                )
+                trend = trend or warn(name, f"{p.port} {counter} rose {was}->{value}", port=p.port)
     return trend or ok(
         name,
         f"{len(checked)} port(s) ACTIVE/LinkUp",

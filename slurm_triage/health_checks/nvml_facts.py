@@ -8,6 +8,11 @@ and codes) where there is no GPU. This module only reads; evaluation lives in th
 Nodes run any nvidia-ml-py in pyproject's range, so a name that only newer releases have is
 read through `_optional` (simulate/bindings.py lists them): a missing name is a fact of None
 or the ABI value from nvml.h, never an AttributeError that fails the whole read.
+
+Errors are judged per call: "not supported here" is a fact of None, "device gone" (lost,
+reset required, ...) makes that GPU unusable, and any other NVML error from one call on one
+GPU (InsufficientSize, Timeout, NotFound, ...) leaves that one fact None and names the call
+in the GPU's `unread`. Only nvmlInit and nvmlDeviceGetCount failing fail the whole read.
 """
 
 from __future__ import annotations
@@ -86,6 +91,18 @@ class PcieLink:
 
 
 @dataclass(frozen=True)
+class MigFacts:
+    """One MIG device (a compute instance in a GPU instance) of a GPU in MIG mode: its
+    index under the parent (nvmlDeviceGetMigDeviceHandleByIndex), the ids that name it,
+    and the compute processes on it alone."""
+
+    index: int
+    gpu_instance: int | None
+    compute_instance: int | None
+    processes: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class GpuFacts:
     """What NVML said about one GPU. None means the feature is not supported here."""
 
@@ -110,6 +127,12 @@ class GpuFacts:
     slowdown_temperature_c: int | None = None
     clock_reasons: int | None = None
     processes: tuple[int, ...] | None = None
+    # MIG devices on this GPU: () when MIG is off (or on with none created, which Slurm
+    # counts as a whole GPU); None when NVML could not say (a lost GPU, a read error).
+    mig: tuple[MigFacts, ...] | None = ()
+    # NVML calls that failed with an error meaning neither "not supported" nor "device
+    # gone" ("nvmlDeviceGetX: NVMLError_Timeout"): their facts are None, i.e. unknown.
+    unread: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -148,8 +171,12 @@ def _optional(nv: Any, name: str, default: Any = None) -> Any:
     return getattr(nv, name, default)
 
 
-def _call(fn: Callable[..., T], *args: Any) -> T | None:
-    """Call one NVML function: NotSupported-like errors give None, device-fatal ones raise."""
+def _call(fn: Callable[..., T], *args: Any, unread: list[str] | None = None) -> T | None:
+    """Call one NVML function: NotSupported-like errors give None, device-fatal ones raise.
+
+    Any other NVML error (InsufficientSize when processes appear between pynvml's two
+    calls, Timeout, NotFound, OperatingSystem, ...) is about this one call: its fact is None
+    and the call is noted in `unread`; without `unread` it raises."""
     try:
         return fn(*args)
     except Exception as exc:
@@ -158,7 +185,10 @@ def _call(fn: Callable[..., T], *args: Any) -> T | None:
             return None
         if name in _DEVICE_GONE:
             raise DeviceGone(name, getattr(exc, "value", None)) from None
-        raise
+        if unread is None or not name.startswith("NVMLError"):
+            raise
+        unread.append(f"{getattr(fn, '__name__', 'nvml call')}: {name}")
+        return None
 
 
 def read_nvml(nv: Any) -> NvmlFacts:
@@ -168,7 +198,7 @@ def read_nvml(nv: Any) -> NvmlFacts:
     except Exception as exc:
         return NvmlFacts(_error_name(exc), getattr(exc, "value", None), None, ())
     try:
-        driver = _text(_call(nv.nvmlSystemGetDriverVersion))
+        driver = _text(_call(nv.nvmlSystemGetDriverVersion, unread=[]))
         count = nv.nvmlDeviceGetCount()
         gpus = tuple(_read_device(nv, index) for index in range(count))
         return NvmlFacts(None, None, driver, gpus)
@@ -182,7 +212,8 @@ def read_nvml(nv: Any) -> NvmlFacts:
 
 
 def read_gpu_processes(nv: Any) -> dict[str, tuple[int, ...] | None]:
-    """Each GPU's compute processes (pids) by its bus id as NVML writes it: what changes at
+    """Each GPU's compute processes (pids) by its bus id as NVML writes it, and each MIG
+    device's by `mig_key`: what changes at
     every job's start and end, so the Prolog reads it for each job even where the rest of
     NVML's facts were read earlier (health_checks.fact_cache). Raises what NVML raises (the
     run makes that gpu.processes' UNKNOWN reason); a GPU that answers nothing is None."""
@@ -191,9 +222,11 @@ def read_gpu_processes(nv: Any) -> dict[str, tuple[int, ...] | None]:
         found: dict[str, tuple[int, ...] | None] = {}
         for index in range(nv.nvmlDeviceGetCount()):
             handle = _call(nv.nvmlDeviceGetHandleByIndex, index)
-            bus_id = _bus_id(nv, handle) if handle is not None else None
+            bus_id = _bus_id(nv, handle, []) if handle is not None else None
             if bus_id is not None:
-                found[bus_id] = _pids(nv, handle)
+                found[bus_id] = _pids(nv, handle, [])
+                for mig in _mig_facts(nv, handle, []) or ():
+                    found[mig_key(bus_id, mig)] = mig.processes
         return found
     finally:
         with contextlib.suppress(Exception):
@@ -208,66 +241,128 @@ def _text(value: Any) -> str | None:
 
 def _read_device(nv: Any, index: int) -> GpuFacts:
     bus_id: str | None = None
+    unread: list[str] = []
     try:
-        handle = _call(nv.nvmlDeviceGetHandleByIndex, index)
-        bus_id = _bus_id(nv, handle)
+        handle = nv.nvmlDeviceGetHandleByIndex(index)
+    except Exception as exc:  # no handle, no facts: NVML cannot open this GPU at all
+        if not _error_name(exc).startswith("NVML"):
+            raise
+        return GpuFacts(
+            index=index, error=_error_name(exc), error_code=getattr(exc, "value", None), mig=None
+        )
+    try:
+        bus_id = _bus_id(nv, handle, unread)
         return GpuFacts(
             index=index,
             bus_id=bus_id,
-            uuid=_text(_call(nv.nvmlDeviceGetUUID, handle)),
-            minor=_call(nv.nvmlDeviceGetMinorNumber, handle),
-            **_memory_facts(nv, handle),
-            **_link_facts(nv, handle),
-            **_state_facts(nv, handle),
+            uuid=_text(_call(nv.nvmlDeviceGetUUID, handle, unread=unread)),
+            minor=_call(nv.nvmlDeviceGetMinorNumber, handle, unread=unread),
+            **_memory_facts(nv, handle, unread),
+            **_link_facts(nv, handle, unread),
+            **_state_facts(nv, handle, unread),
+            mig=_mig_facts(nv, handle, unread),
+            unread=tuple(unread),
         )
     except DeviceGone as exc:
-        return GpuFacts(index=index, bus_id=bus_id, error=exc.name, error_code=exc.code)
+        return GpuFacts(index=index, bus_id=bus_id, error=exc.name, error_code=exc.code, mig=None)
 
 
-def _bus_id(nv: Any, h: Any) -> str | None:
-    pci = _call(nv.nvmlDeviceGetPciInfo, h)
+def _bus_id(nv: Any, h: Any, unread: list[str]) -> str | None:
+    pci = _call(nv.nvmlDeviceGetPciInfo, h, unread=unread)
     return _text(pci.busId) if pci is not None else None
 
 
-def _pids(nv: Any, h: Any) -> tuple[int, ...] | None:
-    """The compute processes holding the GPU; None when NVML does not say."""
-    procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, h)
+def _pids(nv: Any, h: Any, unread: list[str]) -> tuple[int, ...] | None:
+    """The compute processes holding the GPU (or MIG device); None when NVML does not say.
+    On a GPU in MIG mode that is every MIG device's processes, other jobs' included."""
+    procs = _call(nv.nvmlDeviceGetComputeRunningProcesses, h, unread=unread)
     return None if procs is None else tuple(int(p.pid) for p in procs)
 
 
-def _memory_facts(nv: Any, h: Any) -> dict[str, Any]:
+# nvml.h's NVML_DEVICE_MIG_ENABLE (ABI; the stand-in's nvml_abi.py does not list it yet).
+MIG_ENABLE = 1
+
+
+def _mig_facts(nv: Any, h: Any, unread: list[str]) -> tuple[MigFacts, ...] | None:
+    """The GPU's MIG devices as Slurm's gpu/nvml plugin counts them (gpu_nvml.c, 25.11:
+    indices from 0 until the first that NVML does not find); () when MIG is off or not
+    supported (NotSupported from nvmlDeviceGetMigMode); None when NVML failed to say."""
+    before = len(unread)
+    mode = _call(nv.nvmlDeviceGetMigMode, h, unread=unread)
+    if mode is None:
+        return None if len(unread) > before else ()
+    if int(mode[0]) != MIG_ENABLE:
+        return ()
+    count = _call(nv.nvmlDeviceGetMaxMigDeviceCount, h, unread=unread)
+    found: list[MigFacts] = []
+    for index in range(count or 0):
+        try:
+            mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, index)
+        except Exception as exc:
+            if _error_name(exc) == "NVMLError_NotFound":
+                break  # Slurm stops here too: "MIG indexes start at 0 and are contiguous"
+            unread.append(f"nvmlDeviceGetMigDeviceHandleByIndex: {_error_name(exc)}")
+            return None
+        found.append(
+            MigFacts(
+                index,
+                _call(nv.nvmlDeviceGetGpuInstanceId, mig, unread=unread),
+                _call(nv.nvmlDeviceGetComputeInstanceId, mig, unread=unread),
+                _pids(nv, mig, unread),
+            )
+        )
+    return None if len(unread) > before else tuple(found)
+
+
+def mig_key(bus_id: str, mig: MigFacts) -> str:
+    """How a MIG device's processes are keyed beside whole GPUs' (by bus id)."""
+    return f"{bus_id} gi{mig.gpu_instance} ci{mig.compute_instance}"
+
+
+def gpu_processes(facts: NvmlFacts) -> dict[str, tuple[int, ...] | None]:
+    """What read_gpu_processes reads, taken from facts read in this same run."""
+    found: dict[str, tuple[int, ...] | None] = {}
+    for g in facts.gpus:
+        if g.bus_id is not None:
+            found[g.bus_id] = g.processes
+            for mig in g.mig or ():
+                found[mig_key(g.bus_id, mig)] = mig.processes
+    return found
+
+
+def _memory_facts(nv: Any, h: Any, unread: list[str]) -> dict[str, Any]:
     unc = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    remap = _call(nv.nvmlDeviceGetRemappedRows, h)
-    pending = _call(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+    remap = _call(nv.nvmlDeviceGetRemappedRows, h, unread=unread)
+    pending = _call(nv.nvmlDeviceGetRetiredPagesPendingStatus, h, unread=unread)
+    total = nv.nvmlDeviceGetTotalEccErrors
     return {
-        "ecc_volatile_uncorrected": _call(
-            nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_VOLATILE_ECC
-        ),
-        "ecc_aggregate_uncorrected": _call(
-            nv.nvmlDeviceGetTotalEccErrors, h, unc, nv.NVML_AGGREGATE_ECC
-        ),
+        "ecc_volatile_uncorrected": _call(total, h, unc, nv.NVML_VOLATILE_ECC, unread=unread),
+        "ecc_aggregate_uncorrected": _call(total, h, unc, nv.NVML_AGGREGATE_ECC, unread=unread),
         "retired_pages_pending": None if pending is None else pending == nv.NVML_FEATURE_ENABLED,
         "remap": None
         if remap is None
         else RowRemap(int(remap[0]), int(remap[1]), bool(remap[2]), bool(remap[3])),
         "recovery_action": _field(
-            nv, h, _optional(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", RECOVERY_ACTION_FIELD)
+            nv,
+            h,
+            _optional(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", RECOVERY_ACTION_FIELD),
+            unread,
         ),
     }
 
 
-def _field(nv: Any, h: Any, field_id: int) -> int | None:
-    values = _call(nv.nvmlDeviceGetFieldValues, h, [field_id])
+def _field(nv: Any, h: Any, field_id: int, unread: list[str]) -> int | None:
+    values = _call(nv.nvmlDeviceGetFieldValues, h, [field_id], unread=unread)
     if not values or values[0].nvmlReturn != nv.NVML_SUCCESS:
         return None
     return int(values[0].value.uiVal)
 
 
-def _link_facts(nv: Any, h: Any) -> dict[str, Any]:
+def _link_facts(nv: Any, h: Any, unread: list[str]) -> dict[str, Any]:
     links: list[bool] = []
-    errors = 0
+    errors: int | None = 0
     for link in range(_optional(nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS)):
-        state = _call(nv.nvmlDeviceGetNvLinkState, h, link)
+        state = _call(nv.nvmlDeviceGetNvLinkState, h, link, unread=unread)
         if state is None:
             break
         links.append(state == nv.NVML_FEATURE_ENABLED)
@@ -277,21 +372,24 @@ def _link_facts(nv: Any, h: Any) -> dict[str, Any]:
             nv.NVML_NVLINK_ERROR_DL_CRC_FLIT,
             nv.NVML_NVLINK_ERROR_DL_CRC_DATA,
         ):
-            errors += _call(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter) or 0
+            before = len(unread)
+            value = _call(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, counter, unread=unread)
+            # A sum with a term missing is not the count: unknown, not lower.
+            errors = None if errors is None or len(unread) > before else errors + (value or 0)
     width = (
-        _call(nv.nvmlDeviceGetCurrPcieLinkWidth, h),
-        _call(nv.nvmlDeviceGetMaxPcieLinkWidth, h),
+        _call(nv.nvmlDeviceGetCurrPcieLinkWidth, h, unread=unread),
+        _call(nv.nvmlDeviceGetMaxPcieLinkWidth, h, unread=unread),
     )
     gen = (
-        _call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h),
-        _call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
+        _call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h, unread=unread),
+        _call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h, unread=unread),
     )
     return {
         "nvlink_up": tuple(links) if links else None,
         "nvlink_errors": errors if links else None,
         "pcie_width": _link(*width),
         "pcie_gen": _link(*gen),
-        "pcie_replays": _call(nv.nvmlDeviceGetPcieReplayCounter, h),
+        "pcie_replays": _call(nv.nvmlDeviceGetPcieReplayCounter, h, unread=unread),
     }
 
 
@@ -299,21 +397,26 @@ def _link(current: int | None, maximum: int | None) -> PcieLink | None:
     return None if current is None or maximum is None else PcieLink(current, maximum)
 
 
-def _state_facts(nv: Any, h: Any) -> dict[str, Any]:
+def _state_facts(nv: Any, h: Any, unread: list[str]) -> dict[str, Any]:
     reasons = None
     for name in (  # the 535 rename first; the old name is deprecated, maybe gone one day
         "nvmlDeviceGetCurrentClocksEventReasons",
         "nvmlDeviceGetCurrentClocksThrottleReasons",
     ):
         if reasons is None and (fn := _optional(nv, name)) is not None:
-            reasons = _call(fn, h)
-    util = _call(nv.nvmlDeviceGetUtilizationRates, h)
+            reasons = _call(fn, h, unread=unread)
+    util = _call(nv.nvmlDeviceGetUtilizationRates, h, unread=unread)
     return {
         "utilization_pct": None if util is None else int(util.gpu),
-        "temperature_c": _call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+        "temperature_c": _call(
+            nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU, unread=unread
+        ),
         "slowdown_temperature_c": _call(
-            nv.nvmlDeviceGetTemperatureThreshold, h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+            nv.nvmlDeviceGetTemperatureThreshold,
+            h,
+            nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+            unread=unread,
         ),
         "clock_reasons": reasons,
-        "processes": _pids(nv, h),
+        "processes": _pids(nv, h, unread),
     }

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_triage.evidence import HealthCheck, Source
-from slurm_triage.health_checks import aer, gpu, host, infiniband, kernel_log, mounts
+from slurm_triage.health_checks import (
+    aer,
+    gpu,
+    gpu_processes,
+    host,
+    infiniband,
+    kernel_log,
+    mounts,
+)
 from slurm_triage.health_checks.result import CheckResult
 from slurm_triage.taxonomy import Cause
 
@@ -107,7 +115,7 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec(
         name="gpu.processes",
         needs=("nvml", "pci", "gpu_processes"),
-        evaluate=gpu.check_processes,
+        evaluate=gpu_processes.check_processes,
         prolog=True,
         post_job=False,
         cause=None,

@@ -35,7 +35,12 @@ from slurm_triage.health_checks import (
 )
 from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.health_checks.host import read_host
-from slurm_triage.health_checks.nvml_facts import read_gpu_processes, read_nvml
+from slurm_triage.health_checks.nvml_facts import (
+    NvmlFacts,
+    gpu_processes,
+    read_gpu_processes,
+    read_nvml,
+)
 from slurm_triage.health_checks.nvml_xids import merge as nvml_xids_merge
 from slurm_triage.health_checks.registry import CheckSpec
 from slurm_triage.health_checks.result import CheckResult, CheckStatus, RunReport, Severity, unknown
@@ -127,7 +132,7 @@ class FactSources:
         persistence mode), else read now beside the kept facts."""
         facts = self._cache.get("nvml") if "nvml" in self._read_here else None
         if facts is not None and not isinstance(facts, FactError):
-            return {g.bus_id: g.processes for g in facts.gpus if g.bus_id is not None}
+            return gpu_processes(facts)
         return read_gpu_processes(
             nvml if nvml is not None else nvml_module(self._config, self._node)
         )
@@ -178,12 +183,21 @@ def _evaluate(spec: CheckSpec, sources: FactSources, base: dict[str, Any]) -> Ch
         for source in spec.needs:
             value = sources.get(source)
             kwargs.update(_kwargs_for(source, value, base))
-        result = spec.evaluate(**kwargs)
+        result = _noting_unread(spec.evaluate(**kwargs), kwargs.get("facts"))
     except FactError as exc:
         result = unknown(spec.name, str(exc))
     except Exception as exc:  # a crashing check must not pass, nor kill the run
         result = unknown(spec.name, f"check crashed: {type(exc).__name__}: {exc}")
     return _with_seconds(result, time.monotonic() - started)
+
+
+def _noting_unread(result: CheckResult, facts: NvmlFacts | None) -> CheckResult:
+    """The NVML calls that failed on some GPU (their facts unknown, not the GPU's), as
+    evidence beside the result: a check judged without them says so."""
+    unread = {g.label: list(g.unread) for g in facts.gpus if g.unread} if facts else {}
+    if not unread:
+        return result
+    return replace(result, evidence={**result.evidence, "nvml_unread": unread})
 
 
 def _kwargs_for(source: str, value: Any, base: dict[str, Any]) -> dict[str, Any]:
@@ -282,21 +296,28 @@ class Run:
         self, sources: FactSources, previous: dict[str, Any], results: Sequence[CheckResult]
     ) -> None:
         counters = dict(previous)
+        # A counter is saved only by a run that judged it: saved by any run that merely
+        # read it (the Prolog's set has no gpu.pcie; a Prolog stops at its first hard
+        # failure; `check --only gpu.count`), its rise would be gone before its check ran.
+        judged = {r.check for r in results if r.status is not CheckStatus.UNKNOWN}
         nvml = sources.cached("nvml")
         if nvml is not None and nvml.init_error is None:
-            counters.update(gpu.counters(nvml))
+            for key, values in gpu.counters(nvml).items():
+                if gpu.COUNTER_CHECKS[key] in judged:
+                    counters[key] = {**previous.get(key, {}), **values}
             # The NVLinks up when the node passed every check: gpu.nvlink's yardstick.
             counters[gpu.NVLINK_BASELINE_KEY] = gpu.nvlink_baseline(
                 nvml, previous, _node_passed_with(results, "gpu.nvlink")
             )
         ports = sources.cached("ib")
         if ports is not None:
-            counters["ib"] = {**previous.get("ib", {}), **infiniband.counters(ports)}
+            if "ib.ports" in judged:
+                counters["ib"] = {**previous.get("ib", {}), **infiniband.counters(ports)}
             # The fabric ports up at baseline: ib.ports checks these when none are named.
             baseline = previous.get(infiniband.BASELINE_KEY, [])
             counters[infiniband.BASELINE_KEY] = infiniband.baseline(ports, baseline)
         devices = sources.cached("aer")
-        if devices is not None:
+        if devices is not None and "pcie.aer" in judged:
             counters[aer.COUNTERS_KEY] = {
                 **previous.get(aer.COUNTERS_KEY, {}),
                 **aer.counters(devices),

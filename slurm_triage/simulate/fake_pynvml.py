@@ -18,6 +18,13 @@ modes as the real library where hardware differs from the happy path:
   drivers answer NotSupported in the field's slot.
 - **nvidia-ml-py versions**: `binding` is the module surface of one release
   (`bindings.py`): a name that release lacks is an AttributeError here too.
+- **MIG** (a GPU's state `"mig": {"mode": 1, "devices": [{"gi": 1, "ci": 0, "processes":
+  []}, ...]}`, list position = MIG device index; `"mig_capable": false` for a board without
+  MIG): as nvml.h documents, nvmlDeviceGetMigMode is NotSupported on a board without MIG;
+  nvmlDeviceGetMigDeviceHandleByIndex is NotSupported while MIG is off, InvalidArgument past
+  the maximum count and NotFound for an empty slot (Slurm's gpu_nvml.c stops counting at the
+  first NotFound); the parent GPU's compute processes are every MIG device's, a MIG
+  device's its own.
 
 Functions it does not model raise AttributeError, except the few listed in
 `_UNMODELLED_FUNCTIONS`, which raise NVMLError_FunctionNotFound as an old driver's
@@ -42,11 +49,15 @@ _C = CONSTANTS
 _UNMODELLED_FUNCTIONS = frozenset({"nvmlDeviceGetGspFirmwareMode", "nvmlDeviceGetGpuFabricInfo"})
 # The recovery-action field arrived with driver R570.
 _RECOVERY_FIELD_DRIVER = 570
+# nvml.h's MIG mode values (ABI), and the MIG devices an A100/H100 can hold.
+_MIG_CONSTANTS = {"NVML_DEVICE_MIG_DISABLE": 0, "NVML_DEVICE_MIG_ENABLE": 1}
+_MAX_MIG_DEVICES = 7
 
 
 class _Handle:
-    def __init__(self, host: int, local: int) -> None:
+    def __init__(self, host: int, local: int, mig: int | None = None) -> None:
         self.host, self.local = host, local  # position on the host, NVML index in this process
+        self.mig = mig  # a MIG device handle: its index under the parent GPU
 
 
 class _PciInfo:
@@ -121,6 +132,8 @@ class FakeNvml:
             raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
         if name in _C:
             return _C[name]
+        if name in _MIG_CONSTANTS:
+            return _MIG_CONSTANTS[name]
         if name in ERROR_CODES:
             return ERROR_CODES[name]
         if name in ERROR_CLASSES:
@@ -222,7 +235,7 @@ class FakeNvml:
         return handle
 
     def nvmlDeviceGetIndex(self, h: _Handle) -> int:
-        return h.local
+        return h.local if h.mig is None else h.mig  # a MIG device: its index on the parent
 
     # -- identity ---------------------------------------------------------------------
     def nvmlDeviceGetPciInfo(self, h: _Handle) -> _PciInfo:
@@ -315,7 +328,70 @@ class FakeNvml:
         return int(self._gpu(h)["clock_reasons"])
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[_Process]:
-        return [_Process(pid) for pid in self._gpu(h)["processes"]]
+        gpu = self._gpu(h)
+        if h.mig is not None:
+            return [_Process(pid) for pid in self._mig_device(h)["processes"]]
+        pids = list(gpu["processes"])
+        if self._mig_state(gpu)["mode"]:  # the parent answers for all its MIG devices
+            pids += [p for d in self._mig_state(gpu)["devices"] if d for p in d["processes"]]
+        return [_Process(pid) for pid in pids]
+
+    # -- MIG --------------------------------------------------------------------------
+    @staticmethod
+    def _mig_state(gpu: dict[str, Any]) -> dict[str, Any]:
+        state: dict[str, Any] = gpu.get("mig") or {"mode": 0, "devices": []}
+        return state
+
+    def _mig_parent(self, h: _Handle) -> dict[str, Any]:
+        """The MIG state of a parent GPU handle that supports MIG."""
+        gpu = self._gpu(h)
+        if not gpu.get("mig_capable", True):
+            raise _E("NVML_ERROR_NOT_SUPPORTED")
+        if h.mig is not None:
+            raise _E("NVML_ERROR_INVALID_ARGUMENT")  # a MIG device has no MIG devices
+        return self._mig_state(gpu)
+
+    def _mig_device(self, h: _Handle) -> dict[str, Any]:
+        devices = self._mig_state(self._gpu(h))["devices"]
+        if h.mig is None or h.mig >= len(devices) or not devices[h.mig]:
+            raise _E("NVML_ERROR_INVALID_ARGUMENT")  # destroyed since: a stale handle
+        device: dict[str, Any] = devices[h.mig]
+        return device
+
+    def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:
+        mig = self._mig_parent(h)
+        return [int(mig["mode"]), int(mig.get("pending", mig["mode"]))]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: _Handle) -> int:
+        return _MAX_MIG_DEVICES if self._mig_parent(h)["mode"] else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Handle, index: int) -> _Handle:
+        mig = self._mig_parent(h)
+        if not mig["mode"]:
+            raise _E("NVML_ERROR_NOT_SUPPORTED")
+        if not 0 <= index < _MAX_MIG_DEVICES:
+            raise _E("NVML_ERROR_INVALID_ARGUMENT")
+        if index >= len(mig["devices"]) or not mig["devices"][index]:
+            raise _E("NVML_ERROR_NOT_FOUND")
+        return _Handle(h.host, h.local, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: _Handle) -> int:
+        if h.mig is None:
+            raise _E(
+                "NVML_ERROR_NOT_SUPPORTED" if self._mig_off(h) else "NVML_ERROR_INVALID_ARGUMENT"
+            )
+        return int(self._mig_device(h)["gi"])
+
+    def nvmlDeviceGetComputeInstanceId(self, h: _Handle) -> int:
+        if h.mig is None:
+            raise _E(
+                "NVML_ERROR_NOT_SUPPORTED" if self._mig_off(h) else "NVML_ERROR_INVALID_ARGUMENT"
+            )
+        return int(self._mig_device(h)["ci"])
+
+    def _mig_off(self, h: _Handle) -> bool:
+        gpu = self._gpu(h)
+        return not gpu.get("mig_capable", True) or not self._mig_state(gpu)["mode"]
 
     # -- events -----------------------------------------------------------------------
     def nvmlDeviceGetSupportedEventTypes(self, h: _Handle) -> int:
@@ -351,7 +427,10 @@ class FakeNvml:
                 host = event["gpu"]
                 if host in event_set.handles and kind & event_set.handles[host]:
                     local = self._visible(state).index(host)
-                    return _EventData(_Handle(host, local), kind, int(event["data"]))
+                    data = _EventData(_Handle(host, local), kind, int(event["data"]))
+                    # With MIG, NVML names the GPU instance an XID belongs to, if one.
+                    data.gpuInstanceId = int(event.get("gpu_instance", 0xFFFFFFFF))
+                    return data
             if time.monotonic() >= deadline:
                 raise _E("NVML_ERROR_TIMEOUT")
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))

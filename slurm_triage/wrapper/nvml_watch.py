@@ -10,6 +10,13 @@ Which GPUs are the step's is gpu_ids.py's call: inside a device cgroup NVML numb
 step's GPUs from 0, so Slurm's global ids are matched to NVML devices by PCI bus id or minor
 number, never used as NVML indices. Facts name GPUs by Slurm's global id.
 
+With MIG, Slurm's ids name MIG devices (gpu_ids.mig_gres_order): the watcher registers the
+GPUs that hold the step's MIG devices (NVML's events are per GPU), names each by the step's
+ids on it ("3+4"), and drops an XID that NVML attributes to another GPU instance on it (a
+neighbour job's). Where the ids cannot be matched (a device cgroup hides the host's other
+GPUs, whose MIG devices number before ours; `slurm_gpu_order = "minor_number"`) it watches
+no GPU rather than a guessed one, and says so in a warning.
+
 The facts it produces are user-collected (the wrapper runs as the job's user), so they can
 requeue the job and exclude a node, never drain one (TAXONOMY.md rule 3).
 """
@@ -24,7 +31,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from slurm_triage.evidence import NvmlCondition, NvmlFact, Source
-from slurm_triage.gpu_ids import GpuOrder, NvmlDevice, canonical_bus_id, job_devices
+from slurm_triage.gpu_ids import (
+    GpuOrder,
+    MigDevice,
+    NvmlDevice,
+    canonical_bus_id,
+    in_mig_mode,
+    job_devices,
+    mig_gres_order,
+)
 from slurm_triage.logs import get_logger
 
 MAX_FACTS = 100
@@ -32,6 +47,10 @@ POLL_MS = 500
 _LOST = 15  # NVML_ERROR_GPU_IS_LOST
 _TIMEOUT = 10  # NVML_ERROR_TIMEOUT
 _NOT_SUPPORTED = 3
+_NOT_FOUND = 6
+_FUNCTION_NOT_FOUND = 13  # a driver older than MIG
+_MIG_ENABLE = 1  # NVML_DEVICE_MIG_ENABLE
+_NO_INSTANCE = 0xFFFFFFFF  # nvmlEventData_t.gpuInstanceId of an event not tied to one
 
 
 class NvmlWatcher(threading.Thread):
@@ -57,6 +76,7 @@ class NvmlWatcher(threading.Thread):
         self._load, self._node, self._gpus = load, node, gpus
         self._host_bus_ids, self._order = host_bus_ids, order
         self._labels: dict[int, str | None] = {}  # NVML index -> the GPU's name in facts
+        self._instances: dict[int, frozenset[int]] = {}  # MIG: NVML index -> our GPU instances
         self._expected = gpus_expected
         self._poll_ms = poll_ms
         self._block = block_signals
@@ -119,11 +139,17 @@ class NvmlWatcher(threading.Thread):
             host = tuple(self._host_bus_ids())
         except OSError:
             host = ()
-        chosen = job_devices(self._gpus, devices, host, self._order)
+        mig_unknown = any(d.mig is None for d in devices if d.index in handles)
+        mig = self._gpus is not None and (in_mig_mode(devices) or mig_unknown)
+        if mig:
+            chosen = self._mig_parents(devices, host)
+        else:
+            chosen = job_devices(self._gpus, devices, host, self._order)
         bus = {d.index: d.bus_id for d in devices}
         registered: dict[int, Any] = {}
         for index, slurm_id in sorted(chosen.items()):
-            self._labels[index] = str(slurm_id) if slurm_id is not None else bus.get(index)
+            if index not in self._labels:
+                self._labels[index] = str(slurm_id) if slurm_id is not None else bus.get(index)
             if index in lost:
                 self._add(NvmlCondition.GPU_LOST, index, None, "GPU lost at wrapper start")
                 continue
@@ -137,7 +163,7 @@ class NvmlWatcher(threading.Thread):
                     self._add(NvmlCondition.GPU_LOST, index, None, "GPU lost at wrapper start")
                 elif _code(exc) != _NOT_SUPPORTED:
                     self._log.debug("nvml_register_failed", gpu=index, error=_describe(exc))
-        if self._gpus is not None and len(chosen) < len(self._gpus):
+        if not mig and self._gpus is not None and len(chosen) < len(self._gpus):
             self._log.warning(
                 "nvml_step_gpus_unmatched",
                 step_gpus=list(self._gpus),
@@ -145,6 +171,32 @@ class NvmlWatcher(threading.Thread):
                 nvml_devices=len(devices),
             )
         return registered
+
+    def _mig_parents(self, devices: list[NvmlDevice], host: Sequence[str]) -> dict[int, int | None]:
+        """NVML index -> Slurm id of the GPUs holding the step's GPUs and MIG devices; none
+        when Slurm's ids cannot be matched here (never a guessed GPU)."""
+        records = mig_gres_order(devices, host, self._order)
+        ids = self._gpus or ()
+        if records is None or any(i >= len(records) for i in ids):
+            self._log.warning(
+                "nvml_mig_unmatched",
+                step_gpus=list(ids),
+                nvml_devices=len(devices),
+                host_gpus=len(host),
+                order=self._order,
+                watching=False,
+            )
+            return {}
+        chosen: dict[int, int | None] = {}
+        for slurm_id in ids:
+            record = records[slurm_id]
+            chosen.setdefault(record.gpu, slurm_id)
+            named = self._labels.get(record.gpu)
+            self._labels[record.gpu] = f"{named}+{slurm_id}" if named else str(slurm_id)
+            if record.mig is not None and record.mig.gpu_instance is not None:
+                mine = self._instances.get(record.gpu, frozenset())
+                self._instances[record.gpu] = mine | {record.mig.gpu_instance}
+        return chosen
 
     def _devices(self, nvml: Any) -> tuple[list[NvmlDevice], dict[int, Any], set[int]]:
         """Every GPU NVML shows this process, with what identifies it on the host."""
@@ -159,12 +211,12 @@ class NvmlWatcher(threading.Thread):
             except nvml.NVMLError as exc:
                 if _code(exc) == _LOST:
                     lost.add(index)
-                    devices.append(NvmlDevice(index))
+                    devices.append(NvmlDevice(index, mig=None))
                 else:
                     self._log.debug("nvml_device_unreadable", gpu=index, error=_describe(exc))
                 continue
             handles[index] = handle
-            devices.append(NvmlDevice(index, bus_id, minor))
+            devices.append(NvmlDevice(index, bus_id, minor, _mig_devices(nvml, handle)))
         return devices, handles, lost
 
     def _wait(self, nvml: Any, event_set: Any, timeout_ms: int) -> bool | None:
@@ -185,6 +237,11 @@ class NvmlWatcher(threading.Thread):
     def _record(self, nvml: Any, event: Any) -> None:
         index = _device_index(nvml, event.device)
         kind, data = int(event.eventType), int(event.eventData)
+        instance = getattr(event, "gpuInstanceId", _NO_INSTANCE)
+        if index in self._instances and instance not in (_NO_INSTANCE, *self._instances[index]):
+            # A MIG GPU instance that is not the step's: a neighbour job's XID.
+            self._log.debug("nvml_event_other_instance", gpu=index, instance=instance, xid=data)
+            return
         if kind & nvml.nvmlEventTypeXidCriticalError:
             self._add(NvmlCondition.XID_EVENT, index, data, f"NVML event: XID {data}")
         elif kind & nvml.nvmlEventTypeDoubleBitEccError:
@@ -209,6 +266,32 @@ class NvmlWatcher(threading.Thread):
                 detail=why,
             )
         )
+
+
+def _mig_devices(nvml: Any, handle: Any) -> tuple[MigDevice, ...] | None:
+    """The GPU's MIG devices as Slurm counts them (gpu_ids.mig_gres_order): () when MIG is
+    off or not supported, None when NVML failed to say."""
+    try:
+        if int(nvml.nvmlDeviceGetMigMode(handle)[0]) != _MIG_ENABLE:
+            return ()
+    except nvml.NVMLError as exc:
+        return () if _code(exc) in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND) else None
+    found: list[MigDevice] = []
+    try:
+        for index in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            except nvml.NVMLError as exc:
+                if _code(exc) == _NOT_FOUND:
+                    break  # where Slurm's count stops too
+                raise
+            gpu_instance = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+            found.append(
+                MigDevice(index, gpu_instance, int(nvml.nvmlDeviceGetComputeInstanceId(mig)))
+            )
+    except nvml.NVMLError:
+        return None
+    return tuple(found)
 
 
 def _device_index(nvml: Any, device: Any) -> int | None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from slurm_triage.config import HealthConfig
-from slurm_triage.health_checks import gpu
+from slurm_triage.health_checks import gpu, gpu_processes
 from slurm_triage.health_checks.nvml_facts import GpuFacts, NvmlFacts, PcieLink, RowRemap
 from slurm_triage.health_checks.result import Action, CheckStatus, Severity
 
@@ -65,7 +65,7 @@ ALL_GPU_CHECKS = [
     gpu.check_nvlink,
     gpu.check_pcie,
     gpu.check_thermal,
-    gpu.check_processes,
+    gpu_processes.check_processes,
 ]
 
 
@@ -278,8 +278,8 @@ def test_thermal_slowdown_and_temperature() -> None:
 def test_stray_processes_fail_only_in_prolog() -> None:
     """A compute process on a GPU before a job fails the prolog; cron skips the check."""
     facts = node((1, {"processes": (4242,)}))
-    assert run(gpu.check_processes, facts, mode="prolog").failed
-    assert run(gpu.check_processes, facts, mode="cron").status is CheckStatus.SKIPPED
+    assert run(gpu_processes.check_processes, facts, mode="prolog").failed
+    assert run(gpu_processes.check_processes, facts, mode="cron").status is CheckStatus.SKIPPED
 
 
 def test_counters_remember_cumulative_values() -> None:

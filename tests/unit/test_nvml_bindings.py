@@ -16,7 +16,7 @@ import pynvml
 import pytest
 
 from slurm_triage.config import HealthConfig
-from slurm_triage.health_checks import gpu
+from slurm_triage.health_checks import gpu, gpu_processes
 from slurm_triage.health_checks.nvml_facts import read_nvml
 from slurm_triage.health_checks.result import CheckStatus
 from slurm_triage.simulate import bindings
@@ -35,7 +35,7 @@ GPU_CHECKS = (
     gpu.check_nvlink,
     gpu.check_pcie,
     gpu.check_thermal,
-    gpu.check_processes,
+    gpu_processes.check_processes,
 )
 FAKE_FUNCTIONS = sorted(n for n in vars(FakeNvml) if n.startswith("nvml"))
 INSTALLED = importlib.metadata.version("nvidia-ml-py")
