@@ -2,11 +2,13 @@
 
 A reader (node_exporter, the decision, the next health run, a job's fake NVML) must never
 see half a file, and a writer running as root must never write through a link that another
-user planted in a shared directory. So: a temporary file `.<name>.<pid>.tmp` is created new
-beside the target (O_EXCL | O_NOFOLLOW, relative to a directory fd; one already there, left
-by a killed writer or planted, is removed, never opened), given its mode whatever the umask,
-written whole and fsynced, renamed over the target, and the directory fsynced. Any failure
-(a full disk) removes the temporary file and raises the OSError.
+user planted in a shared directory. So: a temporary file `.<name>.<pid>.<thread>.<random>.tmp`
+is created new beside the target (O_EXCL | O_NOFOLLOW, relative to a directory fd), given its
+mode whatever the umask, written whole and fsynced, renamed over the target, and the
+directory fsynced. Any failure (a full disk) removes the temporary file and raises the
+OSError. The name is each call's own: threads of one process (the node agent serves Prologs
+in parallel) never write or rename each other's, and no other user can guess it to plant a
+link there; a name already taken (by chance) is never opened, another is drawn.
 
 `write_at` is the directory-fd form root's evidence store uses (its directories are opened
 O_NOFOLLOW and checked for ownership first); `write_atomically` opens the target's parent
@@ -16,10 +18,13 @@ directory, creating it if missing. Standard library only: the wrapper uses it on
 from __future__ import annotations
 
 import os
+from _thread import get_ident  # threading's own, without threading (issue 20)
 from contextlib import suppress
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# Random names drawn before a collision (never seen: 64 bits) is the caller's OSError.
+_NAME_DRAWS = 4
 
 
 def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o644) -> None:
@@ -39,8 +44,7 @@ def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, mode: i
 def write_at(dir_fd: int, name: str, data: bytes | str, *, mode: int = 0o644) -> None:
     """Replace `name` in the directory open at `dir_fd` with `data` in one rename."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    tmp = f".{name}.{os.getpid()}.tmp"
-    fd = _create(tmp, dir_fd, mode)
+    tmp, fd = _create(name, dir_fd, mode)
     try:
         try:
             os.fchmod(fd, mode)
@@ -58,11 +62,17 @@ def write_at(dir_fd: int, name: str, data: bytes | str, *, mode: int = 0o644) ->
     os.fsync(dir_fd)
 
 
-def _create(tmp: str, dir_fd: int, mode: int) -> int:
-    try:
-        return os.open(tmp, _NEW, mode, dir_fd=dir_fd)
-    except FileExistsError:
-        # A killed writer's with our pid, or a planted link: removed, never written through
-        # (a sticky directory refuses to remove another user's, and the open then fails).
-        os.unlink(tmp, dir_fd=dir_fd)
-        return os.open(tmp, _NEW, mode, dir_fd=dir_fd)
+def _create(name: str, dir_fd: int, mode: int) -> tuple[str, int]:
+    """A new temporary file for `name` and its fd, under a name no other call uses: this
+    process's id and thread's, and 64 random bits, so that no one can plant a link there
+    ahead of us. A name already there is never opened or removed (it is not ours)."""
+    for _ in range(_NAME_DRAWS - 1):
+        with suppress(FileExistsError):
+            return _open_new(name, dir_fd, mode)
+    return _open_new(name, dir_fd, mode)
+
+
+def _open_new(name: str, dir_fd: int, mode: int) -> tuple[str, int]:
+    # The target's name cut short: a long one must still leave room for our suffix.
+    tmp = f".{name[:160]}.{os.getpid()}.{get_ident()}.{os.urandom(8).hex()}.tmp"
+    return tmp, os.open(tmp, _NEW, mode, dir_fd=dir_fd)

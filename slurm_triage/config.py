@@ -5,8 +5,10 @@ bad file must say exactly which key is wrong and what it accepts, in one line.
 
 Precedence: built-in defaults < the TOML file < environment overrides named
 `SLURM_TRIAGE__<SECTION>__<KEY>` (for example `SLURM_TRIAGE__SLURM__TIMEOUT_S=5`).
-The file is `$SLURM_TRIAGE_CONFIG`, else `/etc/slurm-triage/config.toml`; a missing default
-file means "all defaults", a missing file that was named explicitly is an error.
+The file is `$SLURM_TRIAGE_CONFIG`, else `/etc/slurm-triage/config.toml`; a default file
+that is not there at all means "all defaults", a missing file that was named explicitly is
+an error, and so is a default file that is there but cannot be reached (a link to nothing,
+an unsearchable directory).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from slurm_triage.errors import TriageError
+from slurm_triage.errors import TriageError, cannot_read
 from slurm_triage.frozen import MISSING, Frozen, field, fields, shallow_dict
 from slurm_triage.taxonomy import Cause
 
@@ -507,7 +509,19 @@ def _coerce(name: str, tp: Any, value: Any, from_env: bool) -> Any:
         raise ConfigError(f"{name}: unsupported type {tp}")
     if not ok:
         raise ConfigError(f"{name} = {value!r} is not valid; expected {_describe(tp)}")
-    return float(value) if tp is float else value
+    return _finite(name, value) if tp is float else value
+
+
+def _finite(name: str, value: int | float) -> float:
+    """A number key's value as a float, NaN and infinity refused: every comparison with NaN
+    is false, so a NaN would pass the range check and then switch its check off."""
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range
+        number = float("inf")
+    if not abs(number) <= sys.float_info.max:
+        raise ConfigError(f"{name} = {value!r} is not valid; expected a finite number")
+    return number
 
 
 def _parse_env_value(name: str, tp: Any, raw: str) -> Any:
@@ -623,9 +637,15 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     from slurm_triage.config_cache import ConfigFileError, read_config_file
 
     try:
-        return read_config_file(path)
+        return read_config_file(path, check_settings)
     except ConfigFileError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def check_settings(parsed: dict[str, Any]) -> None:
+    """Raise the ConfigError for a parsed file whose own settings (no environment
+    overrides) are invalid: config_cache writes a parsed copy of a valid file only."""
+    config_from_mapping(parsed, {})
 
 
 def load_config(
@@ -636,9 +656,33 @@ def load_config(
     explicit = path is not None
     if path is None:
         path, explicit = config_path(env)
-    if not explicit and not os.path.exists(path):
+    if not explicit and _not_installed(os.fspath(path)):
         return config_from_mapping({}, env, source=DEFAULTS_SOURCE)
     return config_from_mapping(read_toml(path), env, source=os.fspath(path))
+
+
+def _not_installed(path: str) -> bool:
+    """Whether the default config file is simply not there: nothing at its path, not even a
+    link, in a directory that is there or itself not there. Anything else that keeps it from
+    being read (a link to nothing, at the file or at a directory above it; a directory that
+    cannot be searched; a file where a directory should be) is a ConfigError: the admin
+    installed a config, and built-in defaults in its place would go unnoticed."""
+    try:
+        os.stat(path)
+        return False  # there: read it
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        message = cannot_read(path, exc, missing="config file", not_a="a config file")
+        raise ConfigError(message) from None
+    here = path
+    while True:
+        if os.path.lexists(here):
+            raise ConfigError(f"{path}: cannot read: {here} is a symbolic link to nothing")
+        parent = os.path.dirname(here)
+        if parent in ("", here) or os.path.isdir(parent):
+            return True
+        here = parent
 
 
 def to_toml(config: Config) -> str:

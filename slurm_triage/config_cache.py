@@ -17,10 +17,12 @@ user who can write the directory (a sticky /tmp) can plant a copy that no one re
 
 Only a process whose effective uid owns the file writes the copy (root for
 /etc/slurm-triage/config.toml: a Prolog, the node agent at each refresh turn, or
-`slurm-triage config cache` when an image is built for a read-only /etc), after a parse, and
-only when JSON holds the parsed value exactly (a TOML date or a NaN does not: the file is
-then parsed each time). The write is atomic (slurm_triage.atomic) and best effort: a failure
-is the CacheResult the caller may log, never an error.
+`slurm-triage config cache` when an image is built for a read-only /etc), after a parse, only
+for settings the caller's `check` accepts (config passes config.check_settings: an invalid
+file gets no copy, `config check` and `config cache` say why, and every reader parses it and
+fails the same way), and only when JSON holds the parsed value exactly (a TOML date or a
+NaN does not: the file is then parsed each time). The write is atomic (slurm_triage.atomic)
+and best effort: a failure is the CacheResult the caller may log, never an error.
 
 Standard library os and stat only, plus json_codec, atomic, errors and frozen: no tomllib,
 json, re or typing while the copy is fresh.
@@ -39,7 +41,12 @@ from slurm_triage.frozen import Frozen
 # typing's flag without importing typing (issue 20): mypy takes any name TYPE_CHECKING as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    # Raises a TriageError (config's ConfigError) naming what is wrong with the parsed
+    # settings: config.check_settings. This module cannot import config (config imports it).
+    SettingsCheck = Callable[[dict[str, Any]], None]
 
 FORMAT = 1
 # A copy larger than this is taken for stale, and none is written: the file is parsed.
@@ -60,7 +67,9 @@ class CacheOutcome:
     NOT_EXACT = "not_exact"  # parsed; JSON cannot hold the value exactly (a TOML date)
     TOO_BIG = "too_big"  # parsed; the copy would exceed MAX_CACHE_BYTES
     FAILED = "failed"  # parsed; writing the copy failed (a read-only /etc, a full disk)
-    INVALID = "invalid"  # the file itself cannot be read or parsed (refresh_cache only)
+    # The file cannot be read or parsed, or the caller's check refuses its settings: no
+    # copy is written for it (refresh_cache only).
+    INVALID = "invalid"
 
 
 class CacheResult(Frozen):
@@ -82,31 +91,44 @@ def cache_path(path: str | os.PathLike[str]) -> str:
     return os.path.join(head, f".{name}.parsed.json")
 
 
-def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_config_file(
+    path: str | os.PathLike[str], check: SettingsCheck | None = None
+) -> dict[str, Any]:
     """The config file's TOML as tomllib parses it: from its fresh parsed copy, else parsed
-    (and the copy written when this process owns the file). ConfigFileError, one line
-    naming the file, when it cannot be read or is not UTF-8 TOML."""
-    return _read(path)[0]
+    (and the copy written when this process owns the file and `check` accepts the
+    settings). ConfigFileError, one line naming the file, when it cannot be read or is not
+    UTF-8 TOML."""
+    return _read(path, check)[0]
 
 
-def refresh_cache(path: str | os.PathLike[str]) -> CacheResult:
+def refresh_cache(path: str | os.PathLike[str], check: SettingsCheck | None = None) -> CacheResult:
     """Bring the config file's parsed copy up to date: one read of the file and of the copy,
     a parse and a write only when it is stale. For root's long-lived processes (the node
-    agent) and image builds; never raises for an expected failure (INVALID, FAILED ...)."""
+    agent) and image builds; never raises for an expected failure (INVALID, FAILED ...).
+    With `check`, a fresh copy of a file whose settings it refuses (a copy written before
+    they were checked) is INVALID too, so that `config cache` never calls such a file
+    ready."""
     try:
-        return _read(path)[1]
+        parsed, result = _read(path, check)
     except ConfigFileError as exc:
         return CacheResult(CacheOutcome.INVALID, str(exc))
+    if result.outcome == CacheOutcome.FRESH:
+        refused = _refused(path, parsed, check)
+        if refused is not None:
+            return CacheResult(CacheOutcome.INVALID, refused)
+    return result
 
 
-def _read(path: str | os.PathLike[str]) -> tuple[dict[str, Any], CacheResult]:
+def _read(
+    path: str | os.PathLike[str], check: SettingsCheck | None
+) -> tuple[dict[str, Any], CacheResult]:
     text, owner_uid = _read_text(path)
     copy = cache_path(path)
     parsed = _cached(copy, text, owner_uid)
     if parsed is not None:
         return parsed, CacheResult(CacheOutcome.FRESH, copy)
     parsed = _parse(path, text)
-    return parsed, _store(copy, text, parsed, owner_uid)
+    return parsed, _store(path, copy, text, parsed, owner_uid, check)
 
 
 def _read_text(path: str | os.PathLike[str]) -> tuple[str, int]:
@@ -130,6 +152,8 @@ def _parse(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigFileError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables by recursion
+        raise ConfigFileError(f"{path}: invalid TOML: nested too deeply") from None
 
 
 def _cached(copy: str, text: str, owner_uid: int) -> dict[str, Any] | None:
@@ -179,8 +203,16 @@ def _read_at_most(fd: int, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _store(copy: str, text: str, parsed: dict[str, Any], owner_uid: int) -> CacheResult:
-    """Write the copy when this process owns the file and JSON holds `parsed` exactly."""
+def _store(
+    path: str | os.PathLike[str],
+    copy: str,
+    text: str,
+    parsed: dict[str, Any],
+    owner_uid: int,
+    check: SettingsCheck | None,
+) -> CacheResult:
+    """Write the copy when this process owns the file, `check` accepts its settings and
+    JSON holds `parsed` exactly."""
     euid = os.geteuid()
     if euid != owner_uid:
         return CacheResult(
@@ -188,6 +220,9 @@ def _store(copy: str, text: str, parsed: dict[str, Any], owner_uid: int) -> Cach
             f"the config file is uid {owner_uid}'s and only its owner writes {copy}; "
             f"this process is uid {euid}",
         )
+    refused = _refused(path, parsed, check)
+    if refused is not None:
+        return CacheResult(CacheOutcome.INVALID, refused)
     try:
         data = _dumps({"format": FORMAT, "source": text, "parsed": parsed}).encode("utf-8")
         exact = _same(_loads(data.decode("utf-8"))["parsed"], parsed)
@@ -205,6 +240,19 @@ def _store(copy: str, text: str, parsed: dict[str, Any], owner_uid: int) -> Cach
     except OSError as exc:
         return CacheResult(CacheOutcome.FAILED, f"{copy}: {exc.strerror or exc}")
     return CacheResult(CacheOutcome.WRITTEN, copy)
+
+
+def _refused(
+    path: str | os.PathLike[str], parsed: dict[str, Any], check: SettingsCheck | None
+) -> str | None:
+    """The one line saying why `check` refuses the file's settings, or None."""
+    if check is None:
+        return None
+    try:
+        check(parsed)
+    except (TriageError, RecursionError) as exc:  # a ConfigError; a value nested past repr
+        return f"{path}: {exc}"
+    return None
 
 
 def _same(read_back: object, parsed: object) -> bool:

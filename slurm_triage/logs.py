@@ -52,11 +52,64 @@ class _Sink:
     """The configuration in force: the lowest level written, how a line is rendered, where
     it goes."""
 
-    def __init__(self, min_level: int, program: str, writer: Writer, console_colors: bool | None):
+    def __init__(
+        self,
+        min_level: int,
+        program: str,
+        writer: Writer,
+        console_colors: bool | None,
+        fallback: Callable[[], Writer] | None = None,
+    ):
         self.min_level, self.program, self.writer = min_level, program, writer
         # None: JSON lines; else console text, with or without colours.
         self.console_colors = console_colors
         self._console: Any = None
+        # Where a line goes that `writer` failed to write (made on the first failure), and
+        # how many lines failed: see `write`.
+        self._fallback = fallback
+        self._spare: Writer | None = None
+        self._failure_lock = allocate_lock()
+        self.failures = 0
+
+    def write(self, level: str, line: str) -> None:
+        """Write one rendered line; never raises. A Prolog or Epilog that exits non-zero
+        drains its node, and a decision whose log line raised would skip its notifications,
+        so a line the destination refuses (a full disk, an I/O error, a closed stderr) is
+        counted and written to the fallback instead (stderr, or syslog for a process whose
+        stderr is a job's output), the first one after a `log_write_failed` line; when
+        the fallback fails too, the line is lost, and counted."""
+        try:
+            self.writer(level, line)
+        except Exception as exc:  # whatever a stream raises: our log must not end our program
+            self._write_failed(level, line, exc)
+
+    def _write_failed(self, level: str, line: str, exc: Exception) -> None:
+        with self._failure_lock:
+            self.failures += 1
+            first = self.failures == 1
+        if self._fallback is None:
+            return
+        try:
+            spare = self._spare = self._spare or self._fallback()
+            if first:
+                reason = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
+                note = {"reason": reason, "event": "log_write_failed", "level": "warning"}
+                note["timestamp"] = _utc_timestamp(time.time_ns())
+                spare("warning", self.render("warning", note))
+            spare(level, line)
+        except Exception:  # noqa: S110 (nowhere left to say it: counted above)
+            pass
+
+    def render(self, level: str, event_dict: dict[str, Any]) -> str:
+        """One event as the configured line: console text, or a JSON object."""
+        if self.console_colors is not None:
+            return str(self.console()(None, level, event_dict))
+        if "exc_info" in event_dict:
+            from structlog.processors import dict_tracebacks
+
+            event_dict = dict(dict_tracebacks(None, level, event_dict))
+        event_dict.setdefault("program", self.program)
+        return _dumps(event_dict)
 
     def console(self) -> Any:
         """structlog's ConsoleRenderer, imported on the first console line (a terminal)."""
@@ -116,13 +169,21 @@ def setup_logging(
     stream = stream or sys.stderr
     fallback_reason = fallback = None
     writer: Writer
+    # Where the lines go that the log file refuses once open (a full disk): made only then,
+    # so that no process opens syslog for nothing.
+    spare: Callable[[], Writer] | None = None
     if config.destination == "syslog":
         writer = _syslog_writer(program, config.syslog_facility)
         use_json = config.format != "console"
     elif config.destination == "file":
+        if job_output:
+            spare = lambda: _syslog_writer(program, config.syslog_facility)  # noqa: E731
+        else:
+            spare = lambda: _stream_writer(stream)  # noqa: E731
         try:
             writer = _stream_writer(_open_log_file(config.file))
         except OSError as exc:
+            spare = None
             fallback_reason = f"{config.file}: {exc.strerror}"
             if job_output:
                 fallback = "syslog"
@@ -134,7 +195,8 @@ def setup_logging(
     else:
         writer = _stream_writer(stream)
         use_json = config.format == "json" or (config.format == "auto" and not _isatty(stream))
-    _sink = _Sink(_LEVELS[config.level], program, writer, None if use_json else _isatty(stream))
+    console_colors = None if use_json else _isatty(stream)
+    _sink = _Sink(_LEVELS[config.level], program, writer, console_colors, spare)
     if fallback_reason:
         get_logger().warning("log_file_unwritable", reason=fallback_reason, using=fallback)
 
@@ -155,6 +217,12 @@ def reset_logging() -> None:
     """Back to the unconfigured state (tests: each starts as a fresh process would)."""
     global _sink, _floor
     _sink, _floor = None, 0
+
+
+def write_failures() -> int:
+    """How many lines this process's configured destination refused since `setup_logging`
+    (each written to the fallback, or lost): a program says it in its last line."""
+    return _sink.failures if _sink is not None else 0
 
 
 @contextlib.contextmanager
@@ -199,15 +267,7 @@ def _emit(level: str, bound: dict[str, Any], event: str, fields: dict[str, Any])
     event_dict["event"] = event
     event_dict["level"] = level
     event_dict["timestamp"] = _utc_timestamp(time.time_ns())
-    if sink.console_colors is not None:
-        sink.writer(level, sink.console()(None, level, event_dict))
-        return
-    if "exc_info" in event_dict:
-        from structlog.processors import dict_tracebacks
-
-        event_dict = dict(dict_tracebacks(None, level, event_dict))
-    event_dict.setdefault("program", sink.program)
-    sink.writer(level, _dumps(event_dict))
+    sink.write(level, sink.render(level, event_dict))
 
 
 # json.dumps(..., default=_json_default), without importing json (issue 20).

@@ -49,7 +49,7 @@ from typing import Any
 from slurm_triage.agent import protocol
 from slurm_triage.agent.refresh import FactRefresher
 from slurm_triage.agent.xids import XidWatch
-from slurm_triage.config import NO_FILE_SOURCES, Config, deprecations
+from slurm_triage.config import NO_FILE_SOURCES, Config, check_settings, deprecations
 from slurm_triage.config_cache import CacheOutcome, CacheResult, refresh_cache
 from slurm_triage.health_checks.fact_cache import FactCache
 from slurm_triage.health_checks.registry import select
@@ -216,7 +216,7 @@ class Agent:
         source = self.config.source
         if source in NO_FILE_SOURCES:
             return
-        result = refresh_cache(source)
+        result = refresh_cache(source, check_settings)
         if result.outcome == CacheOutcome.WRITTEN:
             self._log.info("agent_config_cache", outcome=result.outcome, reason=result.reason)
         elif result.outcome != CacheOutcome.FRESH and result != self._config_cache_last:

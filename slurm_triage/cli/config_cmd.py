@@ -54,8 +54,8 @@ def register(sub: Any) -> None:
         "finds it stale (root's Prolog, the node agent at each refresh); run this when the "
         "image is built if /etc is read-only at run time. Only the file's owner may write "
         "it (readers ignore another user's copy). Prints where it is; exit 0 written or "
-        "already up to date, 2 with the reason if the file cannot be read or parsed or the "
-        "copy cannot be written. The settings themselves are checked by `config check`.",
+        "already up to date, 2 with the reason if the file cannot be read or parsed, its "
+        "settings are invalid (as `config check` says), or the copy cannot be written.",
     )
     cache.add_argument("--file", type=Path, metavar="FILE", help="the config file")
     cache.set_defaults(handler=_cache)
@@ -80,11 +80,11 @@ def _check(args: argparse.Namespace, context: Any) -> int:
 
 
 def _cache(args: argparse.Namespace, context: Any) -> int:
-    from slurm_triage.config import config_path
+    from slurm_triage.config import check_settings, config_path
     from slurm_triage.config_cache import CacheOutcome, refresh_cache
 
     path = args.file or args.config or config_path()[0]
-    result = refresh_cache(path)
+    result = refresh_cache(path, check_settings)
     if result.outcome == CacheOutcome.INVALID:
         raise TriageError(result.reason)
     if result.outcome == CacheOutcome.WRITTEN:

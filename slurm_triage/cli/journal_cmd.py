@@ -20,7 +20,9 @@ def register(sub: Any) -> None:
         "from the journal (decision.journal in the config).",
     )
     history.add_argument("--job", type=_positive_int, metavar="JOBID", help="one job")
-    history.add_argument("--node", metavar="NAME", help="decisions involving this node")
+    history.add_argument(
+        "--node", type=_node_name, metavar="NAME", help="decisions involving this node"
+    )
     history.add_argument("--limit", type=_positive_int, default=50, help="rows (default 50)")
     history.add_argument("--json", action="store_true", help="print JSON lines")
     history.set_defaults(handler=_history)
@@ -38,10 +40,26 @@ def register(sub: Any) -> None:
     lemons.set_defaults(handler=_lemons)
 
 
+# SQLite's integers are signed 64-bit: a larger job id or limit cannot be asked of it.
+_MAX_INT = 2**63 - 1
+
+
 def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= _MAX_INT:
+        raise argparse.ArgumentTypeError(f"not a positive number up to {_MAX_INT}: {text!r}")
     return int(text)
+
+
+def _node_name(text: str) -> str:
+    """A node name as given; bytes that are not UTF-8 (the shell's $'\\xff') name no node
+    the journal can hold, and are refused here rather than by SQLite."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"not a node name (not UTF-8): {text.encode('utf-8', 'surrogateescape')!r}"
+        ) from None
+    return text
 
 
 def _journal(context: Any) -> Any:

@@ -251,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_stderr_logging("warning")
     as_process = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] != ["wrap"]:  # wrap's stdout is the job's, and wrap writes none of it
+        sys.stdout = _Output(sys.stdout)  # type: ignore[assignment]
     args: Any = _short_args(argv)
     if args is None:
         args = build_parser(command_asked(argv) or "").parse_args(argv)
@@ -272,7 +274,12 @@ def _exit_now(code: int) -> None:
 
 def _handle(args: Any, context: Context) -> int:
     try:
-        return int(args.handler(args, context) or 0)
+        code = int(args.handler(args, context) or 0)
+        # Flushed here, not at the interpreter's exit: output that cannot be written is an
+        # error said on stderr (exit 2), not a traceback or a silent loss after exit 0.
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return code
     except TriageError as exc:
         print(f"slurm-triage: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -281,6 +288,46 @@ def _handle(args: Any, context: Context) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        if not (isinstance(sys.stdout, _Output) and sys.stdout.refused):
+            raise
+        reason = exc.strerror or str(exc)
+        print(f"slurm-triage: error: cannot write the output: {reason}", file=sys.stderr)
+        # What is left in its buffer can never be written: dropped, so that the exit does
+        # not try again and report it a second time.
+        sys.stdout = None  # type: ignore[assignment]
+        return 2
+
+
+class _Output:
+    """A command's stdout, which remembers a write it refused (a full disk, a closed
+    descriptor), so that `_handle` can tell lost output from any other OSError. Without a
+    stdout at all (started with `>&-`), where print() would drop the output and the
+    command say it succeeded, a write fails as writing to a closed descriptor does."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream: Any = stream._stream if isinstance(stream, _Output) else stream
+        self.refused = False
+
+    def write(self, text: str) -> int:
+        try:
+            if self._stream is None:
+                raise OSError(9, "standard output is closed")  # EBADF
+            return self._stream.write(text)  # type: ignore[no-any-return]
+        except OSError:
+            self.refused = True
+            raise
+
+    def flush(self) -> None:
+        try:
+            if self._stream is not None:
+                self._stream.flush()
+        except OSError:
+            self.refused = True
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,25 @@ class JournalError(TriageError):
     exit_code = 4
 
 
+_OPEN_OWN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _hand_over(dir_fd: int, name: str, uid: int, gid: int) -> None:
+    """Give `name` in the directory at `dir_fd` to uid:gid when it is a regular file root
+    owns with no other link (root's own, not a root file linked in by the directory's
+    owner); a link, a FIFO, a missing name or another owner's file is left alone."""
+    try:
+        fd = os.open(name, _OPEN_OWN, dir_fd=dir_fd)
+    except OSError:  # missing, or a symlink (ELOOP): not ours to hand over
+        return
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == 0 and info.st_nlink == 1:
+            os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
+
+
 def _json_list(text: str | None) -> tuple[str, ...]:
     try:
         value = json.loads(text) if text else []
@@ -162,19 +182,23 @@ class Journal:
         """The decider writes the journal as SlurmUser; root (an admin's `slurm-triage
         history`, a test) may open it too. A journal, -wal or -shm file that root created
         would leave SlurmUser unable to write ("readonly database") and every later decision
-        lost, so root hands what it created to the owner of the journal's directory."""
+        lost, so root hands what it created to the owner of the journal's directory.
+
+        That owner can swap any name in the directory between our look and our chown (a
+        link to a root file, a hard link to one, a FIFO), so each name is opened without
+        following a link or waiting on a FIFO, and only the regular root-owned file with one
+        link that was opened is handed over (fchown), never what a name points to later."""
         if os.geteuid() != 0:
             return
-        owner = self.path.parent.stat()
-        if owner.st_uid == 0:
-            return
-        for suffix in ("", "-wal", "-shm"):
-            path = Path(f"{self.path}{suffix}")
-            try:
-                if path.lstat().st_uid == 0 and path.is_file() and not path.is_symlink():
-                    os.chown(path, owner.st_uid, owner.st_gid)
-            except FileNotFoundError:
-                continue
+        dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            owner = os.fstat(dir_fd)
+            if owner.st_uid == 0:
+                return
+            for suffix in ("", "-wal", "-shm"):
+                _hand_over(dir_fd, f"{self.path.name}{suffix}", owner.st_uid, owner.st_gid)
+        finally:
+            os.close(dir_fd)
 
     def close(self) -> None:
         self._db.close()
@@ -189,7 +213,12 @@ class Journal:
             yield self._db
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            # SQLite may have rolled back already (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM
+            # end the transaction): a ROLLBACK then fails with "no transaction is active",
+            # which would hide the cause. The caller gets the original error.
+            if self._db.in_transaction:
+                with suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
             raise
 
     def _migrate(self) -> None:
@@ -211,7 +240,7 @@ class Journal:
 
     @property
     def schema_version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        return int(self._read("PRAGMA user_version")[0][0])
 
     def claim(
         self, job_id: int, restart: int, owner: str, run_started: float | None = None
@@ -281,15 +310,18 @@ class Journal:
             raise JournalError(f"journal {self.path}: {exc}") from None
 
     def add_node_events(self, events: Sequence[NodeEvent]) -> None:
-        with self._write() as db:
-            db.executemany(
-                "INSERT INTO node_events (node, job_id, at, kind, cause, xid, multi_node) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (e.node, e.job_id, e.at, e.kind, e.cause, e.xid, int(e.multi_node))
-                    for e in events
-                ],
-            )
+        try:
+            with self._write() as db:
+                db.executemany(
+                    "INSERT INTO node_events (node, job_id, at, kind, cause, xid, multi_node) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (e.node, e.job_id, e.at, e.kind, e.cause, e.xid, int(e.multi_node))
+                        for e in events
+                    ],
+                )
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: {exc}") from None
 
     def decisions(
         self, *, job_id: int | None = None, node: str | None = None, limit: int = 200
@@ -306,13 +338,13 @@ class Journal:
                 "OR EXISTS (SELECT 1 FROM json_each(decisions.blamed) WHERE value = ?))"
             )
             args += [node, node]
-        rows = self._db.execute(
+        rows = self._read(
             "SELECT job_id, restart, decided_at, state, cause, action, blamed, excluded, "
             "drained, reasons, applied, outcome, user, nodes, confidence, root_backed, evidence "
             f"FROM decisions WHERE {' AND '.join(where)} ORDER BY decided_at DESC, id DESC "
             "LIMIT ?",
             (*args, limit),
-        ).fetchall()
+        )
         return tuple(_row(r) for r in rows)
 
     def node_events(self, since: float, node: str | None = None) -> tuple[NodeEvent, ...]:
@@ -323,7 +355,7 @@ class Journal:
         args: tuple[Any, ...] = (since, node) if node else (since,)
         return tuple(
             NodeEvent(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
-            for r in self._db.execute(query, args)
+            for r in self._read(query, args)
         )
 
     # Aggregates for the metrics (observe/controller.py): every decided job end counts.
@@ -443,6 +475,8 @@ class Journal:
         return {r[0]: _lifecycle(r) for r in rows}
 
     def _read(self, query: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """Every read goes through here: a corrupt file or a journal without its tables is
+        a JournalError naming the file (exit 4), never a traceback."""
         try:
             return self._db.execute(query, args).fetchall()
         except sqlite3.Error as exc:

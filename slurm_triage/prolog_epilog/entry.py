@@ -44,19 +44,26 @@ _CONTEXT = {
 
 
 def _run_role(role: str, body: Callable[[Config], int]) -> int:
-    """Set up config and logging for a role, run it, and never let our own error escape."""
+    """Set up config and logging for a role, run it, and never let our own error escape:
+    not a config that cannot be loaded, however it fails, nor a log line that cannot be
+    written (logs.py never raises; the lines here are guarded all the same, since a
+    failure in them would turn a finished role into a drain)."""
+    from contextlib import suppress
+
     from slurm_triage.config import ConfigError, LoggingConfig, deprecations, load_config
-    from slurm_triage.logs import get_logger, setup_logging
+    from slurm_triage.logs import get_logger, setup_logging, write_failures
     from slurm_triage.prolog_epilog.job_end import SLURM_ENV
 
     program = f"slurm-triage-{role}"
     try:
         config = load_config()
-        setup_logging(config.logging, program=program)
-    except ConfigError as exc:
+    except Exception as exc:  # a ConfigError, or whatever else a broken file provokes
+        error = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
         setup_logging(LoggingConfig(), program=program)
-        get_logger().error("config_invalid", role=role, error=str(exc))
+        with suppress(Exception):
+            get_logger().error("config_invalid", role=role, error=error)
         return 0
+    setup_logging(config.logging, program=program)
     context = {
         key: os.environ[SLURM_ENV[name]]
         for name, key in _CONTEXT.items()
@@ -68,10 +75,13 @@ def _run_role(role: str, body: Callable[[Config], int]) -> int:
     try:
         return body(config)
     except Exception as exc:  # our bug must not drain a node
-        log.error("role_crashed", error=f"{type(exc).__name__}: {exc}")
+        with suppress(Exception):
+            log.error("role_crashed", error=f"{type(exc).__name__}: {exc}")
         return 0
     finally:
-        log.info("role_done")
+        lost = write_failures()
+        with suppress(Exception):
+            log.info("role_done", **({"log_write_failures": lost} if lost else {}))
 
 
 def _prolog_here(reply: Reply) -> Callable[[Config], int]:

@@ -16,6 +16,8 @@ from slurm_triage.health_checks.result import RunReport
 
 
 def _tmp_name(target: Path) -> Path:
+    """The temporary name a writer used before each call drew its own: the one a planter
+    would guess."""
     return target.with_name(f".{target.name}.{os.getpid()}.tmp")
 
 
@@ -57,8 +59,9 @@ def test_write_at_writes_in_the_directory_fd_and_leaves_no_temporary_file(
 
 
 def test_a_health_report_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
-    """Root keeps each node's last report; a symlink planted at the temporary file's name
-    (to /etc/shadow, say) is removed, and the file it points at is untouched."""
+    """Root keeps each node's last report; a symlink planted where a temporary file might
+    be (to /etc/shadow, say) is never written through, and the file it points at is
+    untouched; it is not ours, so it stays."""
     config = Config(paths=PathsConfig(evidence_dir=str(tmp_path), state_dir=str(tmp_path)))
     target = tmp_path / "health" / "node2.last.json"
     target.parent.mkdir()
@@ -68,4 +71,4 @@ def test_a_health_report_is_never_written_through_a_planted_link(tmp_path: Path)
     save_report(config, RunReport("node2", "cron", time.time(), 0.1, ()))
     assert victim.read_text() == "precious\n"
     assert '"node": "node2"' in target.read_text()
-    assert not _tmp_name(target).exists()
+    assert _tmp_name(target).is_symlink()

@@ -348,6 +348,19 @@ def test_the_agent_logs_a_copy_it_cannot_write_once_per_reason(tmp_path: Path) -
     assert events == [("warning", CacheOutcome.FAILED), ("info", CacheOutcome.WRITTEN)]
 
 
+def test_the_agent_writes_no_copy_of_a_file_whose_settings_are_invalid(tmp_path: Path) -> None:
+    """An admin's edit that parses as TOML but names an unknown key: the agent's turn
+    writes no parsed copy of it (the ranks would read it as ready) and warns once."""
+    agent, path = _agent(tmp_path)
+    path.write_text(path.read_text() + "[slurm]\nattemptz = 5\n")
+    with capture_logs() as logs:
+        agent.refresh_turn()
+        agent.refresh_turn()
+    events = [(e["log_level"], e["outcome"]) for e in logs if e["event"] == "agent_config_cache"]
+    assert events == [("warning", CacheOutcome.INVALID)]
+    assert "attemptz" not in (_copy(path).read_text() if _copy(path).exists() else "")
+
+
 @pytest.mark.parametrize("source", ["<defaults>", "<mapping>"])
 def test_an_agent_whose_config_came_from_no_file_has_no_copy_to_keep(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
