@@ -4,9 +4,11 @@ Order is Slurm's: requeue first (before it, updates fail with "Job has already f
 then the exclusions and the begin time on the now-pending job, then drains, then the
 AdminComment summary. Each step's failure is recorded and the next steps still run, whatever
 it is (a SlurmError, or an OSError such as E2BIG from an absurd argument list): the decision
-is always journalled, so budgets keep counting. A drain never overrides a node an admin
-drained; Slurm's own "Epilog error" drain (our Epilog failed on purpose: epilog.node_fault)
-on a node we drain is relabelled with our reason (policies.reasons.may_replace_drain).
+is always journalled, so budgets keep counting. A drain never overrides a node someone else
+took out (drained, DOWN or FAIL with an admin's reason); one with no reason, or with a reason
+Slurm writes itself for a node fault ("Epilog error", which our Epilog causes on purpose:
+epilog.node_fault; "Not responding", "Kill task failed" ...), is relabelled with ours
+(policies.reasons.may_replace_drain), so it is repaired and proven before it returns.
 """
 
 from __future__ import annotations

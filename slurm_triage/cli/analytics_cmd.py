@@ -220,7 +220,9 @@ def _synth(args: argparse.Namespace, context: Any) -> int:
     try:
         rows = write_accounting(spec, args.out, progress=bar, events_out=args.events_out)
     except OSError as exc:
-        raise TriageError(f"{exc.filename or args.out}: cannot write: {exc.strerror}") from None
+        raise TriageError(
+            f"{exc.filename or args.out}: cannot write: {exc.strerror or exc}"
+        ) from None
     finally:
         bar.close()
     print(f"wrote {rows:,} sacct job rows for {spec.jobs:,} jobs to {args.out}")

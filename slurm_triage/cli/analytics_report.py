@@ -202,7 +202,7 @@ def _report(args: argparse.Namespace, context: Any) -> int:
             phase=phases,
         )
     except OSError as exc:
-        raise TriageError(f"{args.out}: cannot write the report: {exc.strerror}") from None
+        raise TriageError(f"{args.out}: cannot write the report: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(report.summary(analysis), indent=2, default=str))
     else:

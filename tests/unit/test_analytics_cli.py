@@ -85,6 +85,13 @@ def test_ettr_text_names_the_regime_and_the_simulation() -> None:
     assert "Monte Carlo (300 runs" in result.stdout
 
 
+def test_synth_onto_a_full_disk_says_why_in_one_line() -> None:
+    """polars' write error has no strerror: the message is its own text, not `None`."""
+    done = _run("synth", "--jobs", "10", "--rf", "6.5e-3", "--out", "/dev/full")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "cannot write: " in done.stderr and "cannot write: None" not in done.stderr
+
+
 def test_synth_then_report_writes_the_report(tmp_path: Path) -> None:
     """synth writes accounting, report reads it and writes HTML, PNGs and a summary."""
     sacct = tmp_path / "sacct.txt"
