@@ -130,21 +130,28 @@ class JournalError(TriageError):
     exit_code = 4
 
 
-_OPEN_OWN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+# O_PATH: a handle on the name that reads and locks nothing. Closing a real descriptor of
+# the database or its -wal/-shm would drop every POSIX lock this process holds on it,
+# SQLite's own under the open connection included (fcntl(2)), and let other writers
+# corrupt the journal; an O_PATH descriptor's close drops none.
+_OPEN_NAME = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _hand_over(dir_fd: int, name: str, uid: int, gid: int) -> None:
     """Give `name` in the directory at `dir_fd` to uid:gid when it is a regular file root
     owns with no other link (root's own, not a root file linked in by the directory's
-    owner); a link, a FIFO, a missing name or another owner's file is left alone."""
+    owner); a link, a FIFO, a missing name or another owner's file is left alone. The chown
+    goes through the descriptor's /proc link, which names the file that was opened and
+    checked, never what the name points to later."""
     try:
-        fd = os.open(name, _OPEN_OWN, dir_fd=dir_fd)
-    except OSError:  # missing, or a symlink (ELOOP): not ours to hand over
+        fd = os.open(name, _OPEN_NAME, dir_fd=dir_fd)
+    except OSError:  # missing: nothing to hand over
         return
     try:
-        info = os.fstat(fd)
+        info = os.fstat(fd)  # a symlink opened O_PATH|O_NOFOLLOW is itself: S_ISLNK
         if stat.S_ISREG(info.st_mode) and info.st_uid == 0 and info.st_nlink == 1:
-            os.fchown(fd, uid, gid)
+            with suppress(FileNotFoundError):  # no /proc: left to root, as before the fix
+                os.chown(f"/proc/self/fd/{fd}", uid, gid)
     finally:
         os.close(fd)
 

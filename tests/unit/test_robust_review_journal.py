@@ -113,6 +113,38 @@ def test_a_root_file_hard_linked_into_the_directory_is_never_chowned(
     assert os.stat(slurm_dir / "journal.sqlite").st_uid == NOBODY
 
 
+_HOLDS_SHM_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)
+except OSError:
+    print("refused")
+else:
+    print("taken")
+"""
+
+
+@as_root
+def test_the_hand_over_keeps_sqlites_locks(slurm_dir: Path) -> None:
+    """POSIX locks belong to the process and any close() of the file drops them all: a
+    hand-over that opened and closed the -shm (or the database) under root's open
+    connection dropped SQLite's WAL locks, and concurrent writers corrupted the journal
+    ("database disk image is malformed", the dev cluster's decisions). The connection's
+    shared lock on the -shm's DMS byte (offset 128) must still refuse another process's
+    exclusive one after the hand-over."""
+    with closing(Journal(slurm_dir / "journal.sqlite")) as journal:
+        journal._keep_with_directory_owner()
+        assert os.stat(slurm_dir / "journal.sqlite").st_uid == NOBODY
+        probe = subprocess.run(
+            [sys.executable, "-c", _HOLDS_SHM_LOCK, str(slurm_dir / "journal.sqlite-shm")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert probe.stdout.strip() == "refused", probe.stderr
+
+
 # -- a full disk names its own cause -------------------------------------------------------
 
 
