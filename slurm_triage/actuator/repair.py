@@ -157,7 +157,9 @@ def reboot_node(door: SlurmDoor, node: str, reason: str, *, dry_run: bool) -> Re
         if dry_run:
             return replace(result, outcome=RepairOutcome.DRY_RUN)
         door.reboot(node, reason)
-        if info.powered_down or info.power_changing:
+        # proc_req.c skips POWER_DOWN, POWERED_DOWN and POWERING_DOWN nodes (22.05, 25.11);
+        # one powering up is rebooted.
+        if info.powered_down or bool({"POWER_DOWN", "POWERING_DOWN"} & info.flags):
             return replace(result, detail=f"{reason} (powered down: slurmctld skips the reboot)")
         return result
 

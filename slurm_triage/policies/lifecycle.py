@@ -497,8 +497,11 @@ def _repairing(
         return _with(base, LifecycleAction.START_BURN_IN, why)
     if words.kind is DrainKind.BURN_IN_PENDING:
         return _with(base, LifecycleAction.START_BURN_IN, "repaired: burn-in next")
-    asked = history.last(LifecycleAction.REBOOT, LifecycleAction.REQUEST_GPU_RESET)
-    waited = given.now - asked.at if asked else 0.0
+    asked = history.open_request()
+    # No request of this cycle in the journal (its row lost, Slurm refused the reboot): the
+    # drain that asked for the repair says since when.
+    since = asked.at if asked else given.node.reason_time
+    waited = given.now - since if since else 0.0
     late = waited > config.repair_timeout_s
     if words.kind is DrainKind.REPAIRING_REBOOT:
         booted = _booted_since(given.node, asked)
@@ -660,6 +663,18 @@ class _History:
                 weight = s.detail.get("weight_before")
                 if type(weight) is int and weight != suspect_weight:  # not a bool, not None
                     found = weight
+        return found
+
+    def open_request(self) -> LifecycleEvent | None:
+        """Our reboot or GPU reset that the node's current repair asked for: the last one
+        applied, unless a burn-in, a return, an RMA or a release came after it, which closed
+        its cycle (then this cycle's request never reached Slurm, or its row was lost, and
+        the node's boot since that older request proves nothing)."""
+        found = None
+        for s in self.steps:
+            if not s.applied or s.action not in _CYCLE_VALUES:
+                continue
+            found = s if s.action in _REPAIR_VALUES else None
         return found
 
     def last(self, *actions: LifecycleAction) -> LifecycleEvent | None:

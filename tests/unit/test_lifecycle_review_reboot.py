@@ -190,3 +190,48 @@ def test_reconcile_burns_in_a_powered_down_node_instead_of_rebooting_it_for_ever
     assert third.decision.state is S.BURN_IN
     assert len(door.calls_to("reboot")) == 1
     assert len(door.calls_to("submit_burn_in")) == 1
+
+
+def test_a_boot_since_an_older_cycles_reboot_is_no_reboot_of_this_cycle() -> None:
+    """Cycle 1 rebooted the node ten days ago and returned it; cycle 2's drain with our
+    reboot reason went through but `scontrol reboot` did not (timed out). The node's boot
+    after cycle 1's reboot proves nothing about cycle 2: it is asked again, not burned in
+    unrebooted."""
+    day = 86400.0
+
+    def step(at: float, action: A, applied: bool = True, cycle: int = 1) -> LifecycleEvent:
+        return LifecycleEvent(
+            node="node2",
+            at=at,
+            state="drained",
+            action=action.value,
+            applied=applied,
+            reason="x",
+            subject="gpu.lost",
+            cycle=cycle,
+        )
+
+    steps = (
+        step(NOW - 10 * day, A.REBOOT),
+        step(NOW - 10 * day + 600, A.START_BURN_IN),
+        step(NOW - 10 * day + 4000, A.RETURN_TO_SERVICE),
+        step(NOW - 120, A.REBOOT, applied=False, cycle=2),
+    )
+    node = _node(
+        "IDLE",
+        {"DRAIN"},
+        "triage: repairing reboot gpu.lost",
+        reason_time=int(NOW - 120),
+        boot_time=int(NOW - 10 * day + 300),
+    )
+    given = LifecycleInput(
+        node=node,
+        reservation=None,
+        steps=steps,
+        burn_in=BurnIn.NOT_READ,
+        signals=None,
+        xid_repair=Repair.UNKNOWN,
+        now=NOW,
+    )
+    decision = decide_lifecycle(given, ON, in_repair=0, cluster_size=100)
+    assert (decision.action, decision.reason) == (A.REBOOT, "reboot no longer pending: asked again")

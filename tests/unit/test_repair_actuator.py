@@ -129,6 +129,20 @@ def test_reboot_node_applies_and_reports_a_pending_one_as_already() -> None:
     assert door.methods().count("reboot") == 1
 
 
+@pytest.mark.parametrize(
+    ("flag", "skipped"),
+    [("POWERED_DOWN", True), ("POWER_DOWN", True), ("POWERING_DOWN", True), ("POWERING_UP", False)],
+)
+def test_reboot_node_says_slurmctld_skipped_only_what_it_skips(flag: str, skipped: bool) -> None:
+    """proc_req.c skips the reboot of a node powered down, or asked or going to be; one
+    powering up is rebooted, and the journal's detail must not say otherwise."""
+    door = _door()
+    node = door.node("node2")
+    door.node_table["node2"] = replace(node, flags=node.flags | {flag})
+    done = repair.reboot_node(door, "node2", REASON, dry_run=False)
+    assert ("slurmctld skips the reboot" in done.detail) is skipped
+
+
 def test_every_action_in_a_dry_run_changes_nothing() -> None:
     """policy.act = false: reads only, outcome DRY_RUN."""
     door = _door()
