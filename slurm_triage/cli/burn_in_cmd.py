@@ -12,6 +12,7 @@ It changes nothing in Slurm.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -144,8 +145,11 @@ def run_part(name: str, argv: Sequence[str], timeout_s: float) -> Part:
         return Part(
             name, False, f"cannot run {argv[0]}: {exc.strerror or exc}", time.monotonic() - started
         )
-    sys.stdout.buffer.write(done.stdout[-65536:])
-    sys.stderr.buffer.write(done.stderr[-65536:])
+    # The part's own output, echoed into the burn-in job's log: a log that refuses it (a
+    # full disk) loses the echo, never the part's verdict.
+    for stream, text in ((sys.stdout, done.stdout), (sys.stderr, done.stderr)):
+        with contextlib.suppress(OSError, AttributeError):
+            stream.buffer.write(text[-65536:])
     tail = (done.stdout or done.stderr).decode(errors="replace").strip().splitlines()[-1:] or [""]
     detail = f"exit {done.returncode}: {tail[0][:200]}"
     return Part(name, done.returncode == 0, detail, time.monotonic() - started)

@@ -50,3 +50,22 @@ def test_bad_arguments_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str
         assert exit_.value.code == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith("slurm-triage burn-in: error: argument"), argv
+
+
+def test_a_part_whose_echo_the_log_refuses_keeps_its_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The burn-in job's output file on a full disk: the part's output is not echoed, and
+    the part still passes (a traceback there failed the burn-in and counted toward RMA)."""
+
+    class Full:
+        def write(self, data: bytes) -> int:
+            raise OSError(28, "No space left on device")
+
+    class Stream:
+        buffer = Full()
+
+    monkeypatch.setattr(sys, "stdout", Stream())
+    monkeypatch.setattr(sys, "stderr", Stream())
+    done = run_part("site", [sys.executable, "-c", "print('allreduce ok')"], 30)
+    assert done.passed and "allreduce ok" in done.detail
