@@ -15,7 +15,8 @@ functions: VFs have no AER of their own). The totals are remembered per node bet
 a rise is evidence: fatal → the node is drained now (high), non-fatal (uncorrectable, the
 link survived) → drained after its jobs (low), correctable → a warning (a trend to watch).
 A device without the files (no AER capability, AER off, an older kernel) is not judged;
-uncorrectable errors counted before the first run only warn: when they happened is unknown.
+uncorrectable errors counted before the first run, or since a reboot (totals below the saved
+ones: counter_deltas), only warn: when they happened is unknown.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckR
                 volatile=g.ecc_volatile_uncorrected,
             )
         now = g.ecc_aggregate_uncorrected
-        before = None if now is None else judged_against(now, last.get(str(g.index)))
+        before = None if now is None else judged_against(now, _saved_ecc(g, last))
         if now and before is not None and now > before:
             return fail(
                 name,
@@ -199,6 +199,14 @@ def check_ecc(facts: NvmlFacts, previous: Mapping[str, Any], **_: Any) -> CheckR
     if historic:
         return warn(name, f"historic uncorrectable ECC errors on GPU(s) {historic}", gpus=historic)
     return ok(name, "no uncorrectable ECC errors")
+
+
+def _saved_ecc(g: GpuFacts, last: Mapping[str, Any]) -> int | None:
+    """The GPU's saved aggregate count: by the GPU itself, so a replacement board (RMA) or a
+    GPU that moved to another index after one fell off the bus is not judged against another
+    board's count; a state file from before that kept it by NVML index is read by index."""
+    saved = last.get(_gpu_key(g), last.get(str(g.index)))
+    return saved if isinstance(saved, int) else None
 
 
 def check_row_remap(facts: NvmlFacts, **_: Any) -> CheckResult:
@@ -410,14 +418,30 @@ COUNTER_CHECKS = {
 
 
 def counters(facts: NvmlFacts) -> dict[str, dict[str, int]]:
-    """The cumulative counters to remember for the next run's deltas (COUNTER_CHECKS)."""
+    """The cumulative counters to remember for the next run's deltas (COUNTER_CHECKS): the
+    ECC aggregate count by the GPU itself (`_saved_ecc`), the others by NVML index."""
     out: dict[str, dict[str, int]] = {"ecc_aggregate": {}, "nvlink_errors": {}, "pcie_replays": {}}
     for g in usable_gpus(facts):
-        for key, value in (
-            ("ecc_aggregate", g.ecc_aggregate_uncorrected),
-            ("nvlink_errors", g.nvlink_errors),
-            ("pcie_replays", g.pcie_replays),
+        for key, gpu_key, value in (
+            ("ecc_aggregate", _gpu_key(g), g.ecc_aggregate_uncorrected),
+            ("nvlink_errors", str(g.index), g.nvlink_errors),
+            ("pcie_replays", str(g.index), g.pcie_replays),
         ):
             if value is not None:
-                out[key][str(g.index)] = int(value)
+                out[key][gpu_key] = int(value)
     return out
+
+
+def saved_counters(facts: NvmlFacts, previous: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Each group of `counters` merged over the saved one (a GPU not read this run keeps its
+    count). The ECC count of a GPU now kept by its UUID drops its count kept by index in an
+    older state file: left there, a board that later takes that index would be judged
+    against it."""
+    merged: dict[str, dict[str, int]] = {}
+    for key, values in counters(facts).items():
+        merged[key] = {**previous.get(key, {}), **values}
+    ecc = merged["ecc_aggregate"]
+    for g in usable_gpus(facts):
+        if g.ecc_aggregate_uncorrected is not None and _gpu_key(g) != str(g.index):
+            ecc.pop(str(g.index), None)
+    return merged

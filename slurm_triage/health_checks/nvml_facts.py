@@ -12,14 +12,16 @@ or the ABI value from nvml.h, never an AttributeError that fails the whole read.
 Errors are judged per call: "not supported here" is a fact of None, "device gone" (lost,
 reset required, ...) makes that GPU unusable, and any other NVML error from one call on one
 GPU (InsufficientSize, Timeout, NotFound, ...) leaves that one fact None and names the call
-in the GPU's `unread`. Only nvmlInit and nvmlDeviceGetCount failing fail the whole read.
+in the GPU's `unread`. The GPU's identity (PCI info, UUID) is the exception: a GPU that
+cannot say which it is gets the error as its `error`, unusable as a GPU gone is. Only
+nvmlInit and nvmlDeviceGetCount failing fail the whole read.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -251,11 +253,27 @@ def _read_device(nv: Any, index: int) -> GpuFacts:
             index=index, error=_error_name(exc), error_code=getattr(exc, "value", None), mig=None
         )
     try:
-        bus_id = _bus_id(nv, handle, unread)
+        bus_id = _bus_id(nv, handle, None)
+        uuid = _text(_call(nv.nvmlDeviceGetUUID, handle))
+    except DeviceGone as exc:
+        return GpuFacts(index=index, bus_id=bus_id, error=exc.name, error_code=exc.code, mig=None)
+    except Exception as exc:
+        # A GPU that cannot say which it is (a Timeout to every call) is no healthy GPU with
+        # its facts unknown: it is unusable, as one gone is, so gpu.lost fails it.
+        if not _error_name(exc).startswith("NVML"):
+            raise
         return GpuFacts(
             index=index,
             bus_id=bus_id,
-            uuid=_text(_call(nv.nvmlDeviceGetUUID, handle, unread=unread)),
+            error=_error_name(exc),
+            error_code=getattr(exc, "value", None),
+            mig=None,
+        )
+    try:
+        facts = GpuFacts(
+            index=index,
+            bus_id=bus_id,
+            uuid=uuid,
             minor=_call(nv.nvmlDeviceGetMinorNumber, handle, unread=unread),
             **_memory_facts(nv, handle, unread),
             **_link_facts(nv, handle, unread),
@@ -265,9 +283,27 @@ def _read_device(nv: Any, index: int) -> GpuFacts:
         )
     except DeviceGone as exc:
         return GpuFacts(index=index, bus_id=bus_id, error=exc.name, error_code=exc.code, mig=None)
+    if unread and not _answered_any(facts):
+        # Its name and nothing else: as unusable as a GPU that cannot say which it is.
+        error = unread[0].rpartition(": ")[2]
+        return GpuFacts(index=index, bus_id=bus_id, uuid=uuid, error=error, mig=None)
+    return facts
 
 
-def _bus_id(nv: Any, h: Any, unread: list[str]) -> str | None:
+# The facts past a GPU's identity; a GPU with none of them read answered nothing. (`mig`
+# is () for MIG off and for NotSupported alike: it says nothing of whether the GPU answers.)
+_READ_FACTS = tuple(
+    f.name
+    for f in fields(GpuFacts)
+    if f.name not in ("index", "bus_id", "uuid", "error", "error_code", "unread", "mig")
+)
+
+
+def _answered_any(facts: GpuFacts) -> bool:
+    return any(getattr(facts, name) is not None for name in _READ_FACTS)
+
+
+def _bus_id(nv: Any, h: Any, unread: list[str] | None) -> str | None:
     pci = _call(nv.nvmlDeviceGetPciInfo, h, unread=unread)
     return _text(pci.busId) if pci is not None else None
 

@@ -302,9 +302,9 @@ class Run:
         judged = {r.check for r in results if r.status is not CheckStatus.UNKNOWN}
         nvml = sources.cached("nvml")
         if nvml is not None and nvml.init_error is None:
-            for key, values in gpu.counters(nvml).items():
+            for key, values in gpu.saved_counters(nvml, previous).items():
                 if gpu.COUNTER_CHECKS[key] in judged:
-                    counters[key] = {**previous.get(key, {}), **values}
+                    counters[key] = values
             # The NVLinks up when the node passed every check: gpu.nvlink's yardstick.
             counters[gpu.NVLINK_BASELINE_KEY] = gpu.nvlink_baseline(
                 nvml, previous, _node_passed_with(results, "gpu.nvlink")
