@@ -152,10 +152,19 @@ class PyslurmDoor(SlurmDoor):
         return retrying(attempt)
 
     def _loaded_job(self, job_id: int) -> JobInfo:
-        """slurmctld's record of the job as pyslurm reads it (JobNotFound once forgotten)."""
-        return self._known.remember(
-            self._call("job", lambda: _job(job_id, self._ps.Job.load(job_id)))
-        )
+        """slurmctld's record of the job as pyslurm reads it (JobNotFound once forgotten).
+
+        pyslurm 25.11's `Job.load(n)` takes the first record slurm_load_job returns, and for
+        the number an array task shares with its array that is every task's: it may read a
+        sibling, or fail looking that number up among their steps (`KeyError`, seen on the
+        dev cluster). Such a job is read through the CLI door."""
+        try:
+            raw = self._call("job", lambda: self._ps.Job.load(job_id))
+        except SlurmOutputError:
+            return self._known.remember(self._cli.job(job_id))
+        if getattr(raw, "id", job_id) != job_id:
+            return self._known.remember(self._cli.job(job_id))
+        return self._known.remember(self._call("job", lambda: _job(job_id, raw)))
 
     def job(self, job_id: int) -> JobInfo:
         try:

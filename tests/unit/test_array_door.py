@@ -236,6 +236,7 @@ def _raw(job_id: int, **ids: Any) -> SimpleNamespace:
     """A running job's record as pyslurm 25.11 shows it: u32 0 reads as None (task 0, the
     het leader's offset)."""
     fields: dict[str, Any] = {
+        "id": job_id,
         "state": "RUNNING",
         "state_reason": "None",
         "exit_code": 0,
@@ -304,6 +305,40 @@ def test_pyslurm_door_cancels_an_array_task_through_scancel(
     assert cli.mutations() == [Call("cancel", (14,)), Call("hold", (17,))]
     assert cli.jobs[14].state is JobState.CANCELLED
     assert cli.jobs[13].state is JobState.RUNNING
+
+
+class _PyslurmArrayLoad(_PyslurmJob):
+    """pyslurm 25.11's Job.load(n) for the number an array task shares with its array:
+    slurm_load_job answers every task's record and pyslurm takes the first, a sibling's
+    (records_first), or fails looking the number up among their steps (KeyError: 13, seen
+    on the 25.11 dev cluster)."""
+
+    @classmethod
+    def load(cls, job_id: int) -> SimpleNamespace:
+        if job_id == 13:
+            raise KeyError(13)
+        if job_id == 15:
+            return cls.records[16]  # the array's first record: another task
+        return cls.records[job_id]
+
+
+def test_pyslurm_door_reads_a_job_pyslurm_cannot_load_alone_through_scontrol() -> None:
+    """The array's own number fails in pyslurm or comes back as a sibling: read through the
+    command-line door, the task itself, named A_T."""
+    records = {16: _raw(16, array_id=15, array_task_id=0)}
+    cli = FakeDoor(
+        [
+            job_info(13, array_job_id=13, array_task_id=1),
+            job_info(15, array_job_id=15, array_task_id=1),
+            job_info(16, array_job_id=15, array_task_id=0),
+        ]
+    )
+    config = SimpleNamespace(load=lambda: SimpleNamespace(slurmctld_parameters={}))
+    job = type("Job", (_PyslurmArrayLoad,), {"records": records, "acted": []})
+    ps = SimpleNamespace(Job=job, slurmctld=SimpleNamespace(Config=config))
+    door = PyslurmDoor(ps, cli=cli, timeout_s=5, attempts=1)
+    assert (door.job(13).job_id, door.job(13).record_spec) == (13, "13_1")
+    assert (door.job(15).job_id, door.job(15).record_spec) == (15, "15_1")
 
 
 def test_an_array_task_given_as_a_t_is_refused_with_a_hint() -> None:
