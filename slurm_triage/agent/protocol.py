@@ -74,6 +74,12 @@ def _name(limit: int) -> Callable[[str], bool]:
     return lambda v: 0 < len(v) <= limit and v[0].isalnum() and set(v) <= _NAME_CHARS
 
 
+def _user(value: str) -> bool:
+    """A user name as the name service gives it: a node name's characters, and `@` for
+    SSSD's fully qualified names (`use_fully_qualified_names`: alice@corp.example.com)."""
+    return _name(64)(value.replace("@", ".", 1))
+
+
 def _gpu_list(value: str) -> bool:
     return 0 < len(value) <= 512 and all(_digits(4)(p) for p in value.split(","))
 
@@ -93,7 +99,7 @@ ENV_RULES: dict[str, Callable[[str], bool]] = {
     "SLURM_JOB_GPUS": _gpu_list,
     "SLURM_JOB_EXCLUSIVE": _word,
     "SLURM_JOB_OVERSUBSCRIBE": _word,
-    "SLURM_JOB_USER": _name(64),
+    "SLURM_JOB_USER": _user,
     "SLURM_JOB_PARTITION": _name(64),
     "SLURM_SCRIPT_CONTEXT": _word,
 }

@@ -38,6 +38,14 @@ def test_a_prolog_environment_travels_with_only_the_listed_names() -> None:
     }
 
 
+@pytest.mark.parametrize("user", ["alice", "alice@corp.example.com", "svc_ml-01", "Bob.Smith"])
+def test_a_user_name_the_name_service_gives_is_accepted(user: str) -> None:
+    """SSSD's fully qualified names (use_fully_qualified_names) carry an `@`: refusing them
+    sent every Prolog of such a site's users to the cold screen."""
+    line = _line({"v": 1, "kind": "prolog", "env": {"SLURM_JOB_ID": "1", "SLURM_JOB_USER": user}})
+    assert protocol.parse_request(line).env["SLURM_JOB_USER"] == user
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -54,6 +62,8 @@ def test_a_prolog_environment_travels_with_only_the_listed_names() -> None:
         ("SLURM_JOB_GPUS", "GPU-8f3e"),
         ("SLURM_JOB_EXCLUSIVE", "NODE\nX"),
         ("SLURM_JOB_USER", "bob smith"),
+        ("SLURM_JOB_USER", "@corp.example.com"),
+        ("SLURM_JOB_USER", "alice@corp@evil"),
         ("SLURM_JOB_ID", 123),
         ("SLURM_JOB_ID", None),
         ("LD_PRELOAD", "/tmp/evil.so"),
