@@ -13,6 +13,7 @@ from dataclasses import field, replace
 from typing import Any
 
 from slurm_triage.frozen import Frozen
+from slurm_triage.job_state import JobState
 from slurm_triage.taxonomy import Cause, Domain
 
 
@@ -92,6 +93,11 @@ class PolicyInput(Frozen):
     # Nodes of this job, not blamed for its cause, whose own root-collected evidence is a
     # drain cause (node -> cause), as their Epilogs judged them (prolog_epilog.own_fault).
     own_faults: dict[str, str] = field(default_factory=dict)
+    # How Slurm ended the run (EndState: CANCELLED, FAILED, ...; UNKNOWN where the caller
+    # does not say), and for CANCELLED the uid accounting names (None: it did not answer).
+    # A cancelled run is never requeued, whatever its cause (rules.cancelled).
+    end_state: JobState = JobState.UNKNOWN
+    cancelled_by_uid: int | None = None
 
 
 class Decision(Frozen):

@@ -1,9 +1,9 @@
 """The policies, each a small pure step over (PolicyInput, Decision), and their default chain.
 
 Order matters and is the order below: what the cause asks for (taxonomy defaults, config
-overrides), whether this job may be requeued at all, whether it requires a node it would
-exclude, the requeue budget, backoff, whether the exclusions still let the job fit, and
-what to drain (root-backed blame, lemon nodes).
+overrides), whether someone cancelled the run, whether this job may be requeued at all,
+whether it requires a node it would exclude, the requeue budget, backoff, whether the
+exclusions still let the job fit, and what to drain (root-backed blame, lemon nodes).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurm_triage.config import PolicyConfig
+from slurm_triage.job_state import JobState
 from slurm_triage.policies.model import Decision, Family, Policy, PolicyInput, Verdict, family
 from slurm_triage.taxonomy import Action, Cause, Condition, Domain, info
 
@@ -43,6 +44,34 @@ def cause_defaults(config: PolicyConfig) -> Policy:
         return d.but(f"{name}: {what}", verdict=verdict, exclude=exclude)
 
     return Policy("cause_defaults", step)
+
+
+def cancelled(config: PolicyConfig) -> Policy:
+    """Leave ended a run Slurm ended as CANCELLED, whatever its cause: someone cancelled it.
+
+    A root hardware fact (tier 60) outranks the cancel in attribution, and a post-job check
+    fails after a cancel as after any end, so the cause may be a node's fault: its blame,
+    drains and node history stand, but requeueing would bring back a job its user killed,
+    often after resubmitting it. Slurm's own ends are other states (NODE_FAIL, PREEMPTED,
+    TIMEOUT, REQUEUED), so CANCELLED is scancel's: the user, an admin or their tools. A
+    CANCELLED whose uid accounting did not give (slurmdbd slow or down) is such a cancel
+    too, never the job's failure. A site that requeues cancels (`requeue_causes` lists
+    `cancelled`) has said a cancel is no bar.
+    """
+
+    def step(g: PolicyInput, d: Decision) -> Decision:
+        if g.end_state is not JobState.CANCELLED or d.verdict is Verdict.RECORD_ONLY:
+            return d
+        if Cause.CANCELLED.value in config.requeue_causes:
+            return d
+        who = f"uid {g.cancelled_by_uid}" if g.cancelled_by_uid is not None else "an unknown uid"
+        return d.but(
+            f"cancelled by {who}: not requeued ({g.cause.value} recorded)",
+            verdict=Verdict.RECORD_ONLY,
+            exclude=(),
+        )
+
+    return Policy("cancelled", step)
 
 
 def eligibility(config: PolicyConfig) -> Policy:
@@ -241,6 +270,7 @@ def shared_fault(config: PolicyConfig) -> Policy:
 def default_chain(config: PolicyConfig) -> Policy:
     return (
         cause_defaults(config)
+        | cancelled(config)
         | eligibility(config)
         | shared_fault(config)
         | required_nodes(config)

@@ -123,6 +123,8 @@ def judge(
         lemon_reasons=lemons,
         shared_fault=context.shared_fault,
         own_faults=context.own_faults,
+        end_state=run.state.state,
+        cancelled_by_uid=run.state.by_uid,
     )
     decision = default_chain(config.policy)(given)
     reason = job_drain_reason(attribution.cause.value, run.end.job_id, attribution.reason)

@@ -72,7 +72,8 @@ class EndState(Frozen):
 
 def final_state(door: SlurmDoor, job: JobInfo, wait_s: float, clock: Clock) -> EndState:
     """The job's end state: from the controller once final, else from accounting (slurmctld
-    shows COMPLETING while EpilogSlurmctld runs), else from the controller's reason."""
+    shows COMPLETING while EpilogSlurmctld runs), else from the controller's base state
+    (CANCELLED, with no uid) or reason."""
     if job.state.finished:
         return EndState(job.state)
     if job.state is JobState.COMPLETING:
@@ -95,6 +96,12 @@ def final_state(door: SlurmDoor, job: JobInfo, wait_s: float, clock: Clock) -> E
         if clock.monotonic() >= deadline:
             break
         clock.sleep(0.25)
+    if job.state is JobState.COMPLETING and job.base_state is JobState.CANCELLED:
+        # The controller said CANCELLED; accounting (slow or down) only did not say by whom.
+        # Kept CANCELLED, uid unknown: a person's (or Slurm's) cancel all the same, never the
+        # job's failure, and not requeued (policies.rules.cancelled). Read as FAILED, the
+        # cancel banner became collateral and the job was requeued for what the cancel did.
+        return EndState(JobState.CANCELLED)
     # "NonZeroExitCode", "RaisedSignal:9(Killed)", "NodeDown ..."
     fallback = _REASON_STATE.get(re.split(r"[ :]", job.state_reason, maxsplit=1)[0])
     if fallback is not None:

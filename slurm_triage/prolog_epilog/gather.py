@@ -6,6 +6,7 @@ see it, its earlier decisions, the blamed nodes' recent history). Judging is pur
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -76,7 +77,11 @@ def output_facts(
             continue
         lines = decode_tail(data, whole_file=len(data) < OUTPUT_TAIL_BYTES)
         node = job.batch_host or None if len(job.nodes) <= 1 else None
-        scan = logscan.scan_log(lines, node=node, source=Source.USER)
+        # Python's logging, glog and slurmstepd's `CANCELLED AT` write naive local times:
+        # read them in this process's zone (the controller's, the cluster's), as `classify`
+        # does. Read as UTC, they moved by the zone's offset, out of the job's window.
+        year = time.localtime(clock.time()).tm_year
+        scan = logscan.scan_log(lines, node=node, source=Source.USER, year=year, tz=None)
         facts += scan.facts
         if scan.cut_short():
             notes.append(
