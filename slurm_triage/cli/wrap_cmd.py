@@ -20,7 +20,8 @@ or death by the same signal), so srun, slurmstepd and sacct see what they would 
 without the wrapper. Put it in sbatch scripts as `srun slurm-triage wrap -- python train.py`.
 
 While CMD runs: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 and SIGCONT are forwarded to its
-group (SIGKILL follows a SIGTERM after --kill-grace seconds); stdout and stderr pass through
+group (SIGKILL follows a SIGTERM it passed on after --kill-grace seconds; one slurmstepd
+gave CMD itself is left to Slurm's KillWait/GraceTime); stdout and stderr pass through
 byte for byte while the last --tail-bytes of each are kept; NVML XID/ECC events of the
 step's GPUs are watched; with --hang-timeout, no output and no touch of
 $SLURM_TRIAGE_HEARTBEAT for that long ends CMD as a hang. CMD may write its uncaught
@@ -46,7 +47,8 @@ def register(sub: Any) -> None:
         "--kill-grace",
         type=float,
         metavar="SECONDS",
-        help="SIGKILL the command this long after SIGTERM; keep it below Slurm's KillWait "
+        help="SIGKILL the command this long after a SIGTERM the wrapper passed on or sent (not "
+        "one slurmstepd gave it: Slurm's KillWait governs that); keep it below KillWait "
         "(default: wrapper.kill_grace_s, 25)",
     )
     parser.add_argument(

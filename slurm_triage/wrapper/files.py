@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable, Mapping
 
 from slurm_triage.frozen import Frozen
@@ -97,10 +98,16 @@ def open_tees(
     """Append-mode copies of stdout/stderr under `<tee_dir>/<job>/`; (None, None) if off."""
     if not tee_dir:
         return None, None
-    base = os.path.join(tee_dir, identity.job_id, identity.label)
+    job_dir = os.path.join(tee_dir, identity.job_id)
+    base = os.path.join(job_dir, identity.label)
+    # No link is followed, and a terminal planted as a tee file does not become ours.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY
     try:
-        os.makedirs(os.path.dirname(base), mode=DIR_MODE, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        os.makedirs(job_dir, mode=DIR_MODE, exist_ok=True)
+        refusal = _not_our_directory(job_dir)
+        if refusal:
+            say(f"slurm-triage: cannot tee output to {job_dir}: {refusal}; not teeing")
+            return None, None
         out = os.open(f"{base}.out", flags, FILE_MODE)
     except OSError as exc:
         say(f"slurm-triage: cannot tee output to {base}.out: {exc.strerror}; not teeing")
@@ -111,3 +118,15 @@ def open_tees(
         os.close(out)
         say(f"slurm-triage: cannot tee output to {base}.err: {exc.strerror}; not teeing")
         return None, None
+
+
+def _not_our_directory(path: str) -> str:
+    """Why `path` is no directory of ours to write in ("" when it is). In a shared sticky
+    tee_dir another user can make the next job's directory first, to read its output or to
+    plant links in it; as record.py's job directory, it must be ours or root's."""
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a directory"
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"it belongs to uid {info.st_uid}, not to us"
+    return ""

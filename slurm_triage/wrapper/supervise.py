@@ -3,10 +3,12 @@
 The wrapper must be invisible to srun, slurmstepd and sacct: same exit code, and when the
 child dies of a signal the wrapper dies of that signal too (`exit_like`). Signals sent to
 the wrapper (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCONT) go on to the child's
-process group; after a SIGTERM the group gets SIGKILL once the grace period (< Slurm's
-KillWait) is over. When the child has exited, whatever is left of its group, and any
-descendant that escaped it with setsid (we are their subreaper), is killed and reaped, so
-no orphan outlives the step and no zombie is left behind.
+process group; after a SIGTERM that we forwarded (or sent: terminate()) the group gets
+SIGKILL once the grace period is over. A SIGTERM that slurmstepd gave the child itself arms
+no SIGKILL: Slurm sends its own after KillWait or GraceTime, and we must not be stricter.
+When the child has exited, whatever is left of its group, and any descendant that escaped
+it with setsid (we are their subreaper), is killed and reaped, so no orphan outlives the
+step and no zombie is left behind.
 
 Signals are taken synchronously: the main thread blocks them (helper threads inherit the
 mask) and waits in sigtimedwait(), which also says who sent each one. That matters under
@@ -99,7 +101,8 @@ class Supervisor:
     Use as a context manager, entered before any helper thread starts: the signals are
     blocked on entry (none is lost during the spawn: it waits, pending) and unblocked on
     exit. `already_delivered(sender_pid)` says whether the child has a signal already
-    (slurmstepd's, see the module doc); those are not forwarded.
+    (slurmstepd's, see the module doc); those are not forwarded, and a SIGTERM among them
+    arms no SIGKILL.
     """
 
     def __init__(
@@ -209,10 +212,15 @@ class Supervisor:
     def _deliver(self, signum: int, forward: bool) -> None:
         if self.pid is None or self._exit is not None:
             return
-        if forward:
-            signal_group(self.pid, signum)
-        # Even a SIGTERM the child had directly starts our grace: the wrapper needs the
-        # time between the child's end and Slurm's SIGKILL to write its record.
+        if not forward:
+            # slurmstepd's SIGTERM (time limit, scancel, preemption) reached the child by the
+            # same path its SIGKILL will, after KillWait or the partition's GraceTime, which
+            # sites raise so that jobs can checkpoint: a SIGKILL of ours would cut that short
+            # (and `scancel --signal=TERM` is followed by no SIGKILL at all).
+            return
+        signal_group(self.pid, signum)
+        # A SIGTERM only we passed on has no SIGKILL of Slurm's behind it that reaches the
+        # child (a user's kill, proctrack/pgid, our own terminate()): the grace bounds it.
         if signum == signal.SIGTERM and self._kill_at is None and not self._killed:
             self._kill_at = self._clock() + self._grace_s
 
