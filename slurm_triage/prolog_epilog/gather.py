@@ -100,9 +100,11 @@ class Gathered(Frozen):
 
 def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock) -> Gathered:
     """All facts for this job end: Slurm's own, root's records, the job's records and the
-    tail of its output file. Facts naming a node outside the job are dropped. When the
-    user's records are over their budget (or `deadline`, a monotonic time, passes while
-    reading them), none of them count: the decision is taken on root evidence alone."""
+    tail of its output file. Facts naming a node outside the job are dropped. The records'
+    budget scales with the job's node count (store.RecordBudget.for_job). When they are
+    over it (or `deadline`, a monotonic time, passes while reading them), none of them
+    count, since those read are only the first names of an arbitrary cut; the output file,
+    scanned first under its own bounds, still counts, and the notes say what was ignored."""
     end = run.end
     facts: list[Fact] = [
         SlurmState(
@@ -119,29 +121,29 @@ def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock
     roots = store.read_root_records(
         config.paths.evidence_dir, end.job_id, end.nodes, newer_than=since
     )
+    # The output scan first: records that use up the deadline must not cost it its read.
+    found, notes = output_facts(run.job, end.uid, deadline, clock)
     users = store.read_user_records(
         config.paths.evidence_dir,
         end.job_id,
         end.uid,
         nodes=end.nodes,
         newer_than=since,
-        budget=store.RecordBudget(deadline=deadline),
+        budget=store.RecordBudget.for_job(len(end.nodes), deadline=deadline),
     )
-    notes: list[str] = []
     kept_users = users.records
     if users.over_budget:
         kept_users = ()
-        notes.append(f"user evidence ignored ({users.over_budget}): decided on root evidence")
+        notes.append(
+            f"user records ignored ({users.over_budget}): decided on root evidence and the "
+            "job's output"
+        )
     # Root's records hold what each node's Epilog found within the job's window by that
     # node's own clock (epilog.collect): a node whose clock runs minutes ahead of the
     # controller's still has its XID counted, as its Epilog counted it. Everything else is
     # held to the window by the controller's clock (rule 5).
     window = job_window(end.ended_at)
-    others: list[Fact] = [f for record in kept_users for f in record.facts]
-    if not users.over_budget:
-        found, cut = output_facts(run.job, end.uid, deadline, clock)
-        others += found
-        notes += cut
+    others: list[Fact] = [f for record in kept_users for f in record.facts] + found
     facts += [f for record in roots.records for f in record.facts]
     facts += [f for f in others if f.time is None or window.contains(f.time)]
     facts, foreign = on_job_nodes(facts, end.nodes)

@@ -12,8 +12,6 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
 from slurm_triage import actuator
 from slurm_triage.attribution import attribute
 from slurm_triage.evidence import (
@@ -122,22 +120,20 @@ def test_user_records_stop_at_the_fact_budget_and_the_deadline(job_dir: Path) ->
     assert by_time.records == () and "deadline" in by_time.over_budget
 
 
-def test_a_directory_of_too_many_entries_is_not_listed_whole(
-    job_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_directory_of_too_many_entries_is_not_listed_whole(job_dir: Path) -> None:
     """A user controls how many entries the job's directory holds: past the listing cap
-    nothing more is listed, and the records count as over budget (root evidence decides)."""
-    from slurm_triage.evidence.store import user_records
-
+    (twice the records allowed) nothing more is listed, and the records count as over
+    budget (they are ignored)."""
     for task in range(6):
         _record(job_dir, "node1", task, 1)
     for n in range(20):
         (job_dir / f"junk{n}").touch()
-    monkeypatch.setattr(user_records, "MAX_LISTED", 10)
-    result = store.read_user_records(str(job_dir.parent), 77, USER)
+    small = store.RecordBudget(max_records=5)
+    assert small.max_listed == 10
+    result = store.read_user_records(str(job_dir.parent), 77, USER, budget=small)
     assert result.records == () and "entries" in result.over_budget
-    monkeypatch.setattr(user_records, "MAX_LISTED", 100)
-    assert len(store.read_user_records(str(job_dir.parent), 77, USER).records) == 6
+    roomy = store.RecordBudget(max_records=50)
+    assert len(store.read_user_records(str(job_dir.parent), 77, USER, budget=roomy).records) == 6
 
 
 class _BrokenDoor:
