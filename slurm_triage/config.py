@@ -162,7 +162,8 @@ class WrapperConfig(Frozen):
 
     # Bytes of the tail of each of stdout and stderr kept in memory for attribution.
     tail_bytes: int = field(default=1 << 20, metadata=_range(4096, 1 << 30))
-    # SIGKILL the command this long after a SIGTERM; keep it below Slurm's KillWait.
+    # SIGKILL the command this long after a SIGTERM it passed on or sent (not one slurmstepd
+    # gave it: Slurm's KillWait governs that); keep it below Slurm's KillWait.
     kill_grace_s: float = field(default=25.0, metadata=_range(0, 3600))
     # No output and no heartbeat-file touch for this long -> record a hang, end the command.
     # 0 turns the hang detector off.
@@ -217,8 +218,8 @@ class PolicyConfig(Frozen):
     backoff_max_s: float = field(default=1800.0, metadata=_range(0, 86400 * 7))
     # When excluding the blamed nodes would leave too few nodes in the partition.
     cant_fit: Literal["requeue_without_exclusion", "hold"] = "requeue_without_exclusion"
-    # Sites that want it opt-in: only jobs whose --comment contains "triage:requeue" (or
-    # whose submit environment had SLURM_TRIAGE_REQUEUE=1) are requeued.
+    # Sites that want it opt-in: only jobs whose --comment contains "triage:requeue" are
+    # requeued (a submit environment never reaches EpilogSlurmctld, so it cannot opt in).
     opt_in: bool = False
     opt_out_users: tuple[str, ...] = ()
     opt_out_partitions: tuple[str, ...] = ()

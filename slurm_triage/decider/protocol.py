@@ -76,12 +76,8 @@ def _exit_code2(value: str) -> bool:
     return bool(colon) and _digits(3)(code) and _digits(3)(sig)
 
 
-def _opt_in(value: str) -> bool:
-    return len(value) <= 8 and value.isascii() and value.isalnum()
-
-
-# The variables of job_end.SLURM_ENV the controller's decision reads (JobEnd.from_env, the
-# policies' opt-in); the rest of EpilogSlurmctld's environment is never sent.
+# The variables of job_end.SLURM_ENV the controller's decision reads (JobEnd.from_env);
+# the rest of EpilogSlurmctld's environment is never sent.
 ENV_RULES: dict[str, Callable[[str], bool]] = {
     "SLURM_JOB_ID": _digits(10),
     "SLURM_JOB_UID": _digits(10),
@@ -90,7 +86,6 @@ ENV_RULES: dict[str, Callable[[str], bool]] = {
     "SLURM_JOB_EXIT_CODE2": _exit_code2,
     "SLURM_JOB_RESTART_COUNT": _digits(5),
     "SLURM_JOB_START_TIME": _digits(12),
-    "SLURM_TRIAGE_REQUEUE": _opt_in,
 }
 
 

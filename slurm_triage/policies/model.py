@@ -71,7 +71,6 @@ class JobView(Frozen):
     # Slurm could not be asked (the must-fit rule then keeps the exclusion: an unreadable
     # partition is not an empty one).
     usable_partition_nodes: tuple[str, ...] | None
-    opted_in: bool = False  # SLURM_TRIAGE_REQUEUE=1 in the submit environment
     # sbatch -w/--nodelist (ReqNodeList): never excluded, or Slurm never starts the job.
     required_nodes: tuple[str, ...] = ()
 

@@ -90,7 +90,7 @@ def eligibility(config: PolicyConfig) -> Policy:
             why = f"user {job.user} opted out: recorded only"
         elif job.partition in config.opt_out_partitions:
             why = f"partition {job.partition} opted out: recorded only"
-        elif config.opt_in and not (job.opted_in or OPT_IN_TOKEN in job.comment):
+        elif config.opt_in and OPT_IN_TOKEN not in job.comment:
             why = f"site is opt-in and the job did not opt in ({OPT_IN_TOKEN}): recorded only"
         if why:
             return d.but(why, verdict=Verdict.RECORD_ONLY, exclude=())

@@ -31,7 +31,7 @@ from slurm_triage.policies.breaker import shared_fault_reason
 from slurm_triage.policies.lemons import FRESH_START, since_return
 from slurm_triage.policies.rules import drains_blamed_nodes
 from slurm_triage.prolog_epilog.ended_run import EndedRun
-from slurm_triage.prolog_epilog.job_end import JobEnd, slurm_env
+from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.prolog_epilog.own_fault import checks_alone, own_fault
 from slurm_triage.slurm import JobInfo, NodeInfo, SlurmDoor, SlurmError
 from slurm_triage.taxonomy import Action, Domain, info, parse_cause
@@ -310,6 +310,5 @@ def job_view(
         excluded_nodes=job.excluded_nodes,
         comment=job.comment,
         usable_partition_nodes=usable,
-        opted_in=slurm_env(env, "requeue_opt_in") == "1",
         required_nodes=job.required_nodes,
     )

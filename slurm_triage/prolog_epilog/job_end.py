@@ -27,8 +27,6 @@ SLURM_ENV = {
     "restart_count": "SLURM_JOB_RESTART_COUNT",
     "start_time": "SLURM_JOB_START_TIME",
     "context": "SLURM_SCRIPT_CONTEXT",
-    # Not Slurm's: a job's submit environment may ask for requeues (policy.opt_in).
-    "requeue_opt_in": "SLURM_TRIAGE_REQUEUE",
 }
 
 

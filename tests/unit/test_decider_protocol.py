@@ -19,7 +19,6 @@ ENDING = {
     "SLURM_JOB_EXIT_CODE2": "1:0",
     "SLURM_JOB_RESTART_COUNT": "2",
     "SLURM_JOB_START_TIME": "1767225600",
-    "SLURM_TRIAGE_REQUEUE": "1",
 }
 
 
@@ -61,7 +60,7 @@ def test_a_job_end_travels_with_only_the_variables_the_decision_reads() -> None:
         ("SLURM_JOB_EXIT_CODE2", "-1:0"),
         ("SLURM_JOB_RESTART_COUNT", "9" * 6),
         ("SLURM_JOB_START_TIME", "1.5"),
-        ("SLURM_TRIAGE_REQUEUE", "yes please"),
+        ("SLURM_TRIAGE_REQUEUE", "1"),  # never EpilogSlurmctld's: no submit environment
         ("SLURM_JOB_NAME", "train"),
         ("SLURM_JOB_COMMENT", "triage:requeue"),
         ("LD_PRELOAD", "/tmp/evil.so"),

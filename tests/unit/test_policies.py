@@ -276,7 +276,6 @@ def test_opt_out_and_opt_in() -> None:
     opt_in = replace(CONFIG, opt_in=True)
     assert default_chain(opt_in)(given()).verdict is Verdict.RECORD_ONLY
     assert default_chain(opt_in)(given(comment="x triage:requeue")).verdict is Verdict.REQUEUE
-    assert default_chain(opt_in)(given(opted_in=True)).verdict is Verdict.REQUEUE
 
 
 def test_timeout_requeued_only_when_resumable() -> None:
