@@ -96,16 +96,15 @@ def scan_log(
     root = tracebacks.find_root(lines)
     failed_at = root.exc.header if root is not None else None
     groups = _group_hits(lines, failed_at)
-    wanted = {g.rank for g in groups if g.rank}
-    if root is not None and root.rank is not None:
-        wanted.add(str(root.rank))
-    tasks = task_hosts(lines, wanted)
+    root_stream = _root_stream(root, lines)
+    wanted = {g.rank for g in groups if g.rank} | ({root_stream} - {""})
+    places, tasks_mapped = stream_hosts(lines, wanted)
     names = _NameBudget(MAX_SCAN_NAMES)
-    facts: list[Fact] = list(_hits(groups, lines, node, tasks, source, year, tz, names))
+    facts: list[Fact] = list(_hits(groups, lines, node, places, source, year, tz, names))
     if root is not None:
-        rank_node = tasks.get(str(root.rank)) if root.rank is not None else None
+        rank_node = places.get(root_stream) if root_stream else None
         facts.append(_root_fact(root, lines, rank_node or node, source, year, tz))
-    return LogScan(tuple(facts), names.spent, names.cut, len(tasks))
+    return LogScan(tuple(facts), names.spent, names.cut, tasks_mapped)
 
 
 def scan_lines(
@@ -142,7 +141,7 @@ _TASK_FAILURE_ROLES = (Tier.ERROR, Tier.INFRA, Tier.SYMPTOM)
 
 class _Group:
     """The lines that hit one signature and name the same place: a host list's text
-    (`named`), else a task's `[rank3]:` prefix (`rank`), else neither. A list is expanded
+    (`named`), else a task's stream (`rank`, `_stream`), else neither. A list is expanded
     once per group, not once per line; its hit takes the time and excerpt of its last line."""
 
     __slots__ = ("count", "last", "match", "named", "rank", "sig")
@@ -168,7 +167,7 @@ def _group_hits(lines: list[str], failed_at: int | None) -> list[_Group]:
         elif sig is BY_NAME["slurm.cancelled"] and index > first_failure:
             sig = CANCELLED_AFTER_FAILURE
         named = match.groupdict().get("host") or ""
-        rank = "" if named else tracebacks.split_prefix(lines[index])[0]
+        rank = "" if named else _stream(lines[index])
         key = (sig.name, named, rank)
         if key not in groups:
             groups[key] = _Group(sig, named, rank)
@@ -180,7 +179,7 @@ def _hits(
     groups: list[_Group],
     lines: list[str],
     node: str | None,
-    tasks: dict[str, str],
+    stream_nodes: dict[str, str],
     source: Source,
     year: int,
     tz: tzinfo | None,
@@ -190,7 +189,7 @@ def _hits(
     appear (the earliest failure is the root cause); a node's hit counts every line that
     named it and takes the time and excerpt of the last one, as one line at a time would."""
     places = {
-        id(g): names.hosts(g.named) if g.named else [_rank_node(g.rank, tasks, node)]
+        id(g): names.hosts(g.named) if g.named else [_rank_node(g.rank, stream_nodes, node)]
         for g in groups
     }
     found: dict[tuple[str, str | None], LogHit] = {}
@@ -212,6 +211,108 @@ def _hits(
                 count=count,
             )
     return sorted(found.values(), key=lambda h: (h.signature, h.node or ""))
+
+
+# A line's stream: srun's task id (`srun --label`'s `3: `, the id of srun's own `task 3:
+# Exited` lines), else torch's global rank (`[rank3]:`, from the excepthook that
+# init_process_group installs, whatever the launcher). torchrun's `--tee` prefix `[default3]:`
+# is a local rank, the same on every node: it names no node.
+_STREAM = re.compile(r"(\d{1,9}): |\[rank(\d{1,9})\]:")
+# torchrun's failure entry (torch/distributed/elastic/multiprocessing/errors, one per failed
+# rank in each node's ChildFailedError summary): `  host      : node2` on the line before
+# `  rank      : 5 (local_rank: 1)`. The rank is global, the host the node that ran it.
+_TORCHRUN_HOST = re.compile(r"\s*host\s*: ?([\w.-]+)\s*$")
+_TORCHRUN_RANK = re.compile(r"\s*rank\s*: ?(\d{1,9}) \(local_rank: \d+\)")
+# Words only torchrun (or a launcher built on it) writes: it numbers ranks itself.
+_TORCHRUN_WORDS = ("(local_rank: ", "torch/distributed/run.py", "torch.distributed.elastic")
+_TORCHRUN_TEE = re.compile(r"(?:\d{1,9}: )?\[default\d{1,9}\]:")
+_NCCL_WORLD = re.compile(r"NCCL INFO .*\bnranks (\d{1,9})\b")
+
+
+def _stream(line: str) -> str:
+    """`3` for a line of srun's task 3, `[rank3]` for one of torch's rank 3, else ""."""
+    found = _STREAM.match(line)
+    if found is None:
+        return ""
+    return found.group(1) or f"[rank{found.group(2)}]"
+
+
+def _root_stream(root: tracebacks.Root | None, lines: list[str]) -> str:
+    """The stream that names the root exception's node: its traceback's own prefix, or
+    torchrun's global rank when the root is read from a ChildFailedError summary."""
+    if root is None or root.rank is None or not 0 <= root.exc.index < len(lines):
+        return ""
+    line = lines[root.exc.index]
+    if "ChildFailedError" in line:
+        return f"[rank{root.rank}]"
+    stream = _stream(line)
+    number = stream[5:-1] if stream.startswith("[rank") else stream
+    return stream if number == str(root.rank) else ""
+
+
+def stream_hosts(lines: list[str], wanted: Iterable[str]) -> tuple[dict[str, str], int]:
+    """The node of each wanted stream (`_stream`), and how many of srun's task ids that took.
+
+    srun's task lines place its own task ids, and torch's ranks only where srun started one
+    task per rank (`_srun_tasks_are_ranks`); else torchrun's failure entries place the ranks
+    they name. Any other rank has no node: `srun -N8 --ntasks-per-node=1 torchrun
+    --nproc-per-node=4` runs rank 5 on srun's task 1, and task 5's node is a healthy one that
+    would be excluded in the faulty one's place."""
+    labels = {s for s in wanted if s.isdigit()}
+    ranks = {s[5:-1] for s in wanted if s.startswith("[rank")}
+    by_torchrun = torchrun_hosts(lines, ranks) if ranks else {}
+    left = ranks - by_torchrun.keys()
+    via_srun = left if left and _srun_tasks_are_ranks(lines, left) else set()
+    tasks = task_hosts(lines, labels | via_srun)
+    places = {s: tasks[s] for s in labels if s in tasks}
+    places.update((f"[rank{r}]", host) for r, host in by_torchrun.items())
+    places.update((f"[rank{r}]", tasks[r]) for r in via_srun if r in tasks)
+    return places, len(tasks)
+
+
+def torchrun_hosts(lines: list[str], ranks: set[str]) -> dict[str, str]:
+    """Rank → node for the wanted `ranks`, from torchrun's failure entries; a rank that two
+    entries place on different nodes (an elastic restart moved it) is placed on neither."""
+    hosts: dict[str, str] = {}
+    torn: set[str] = set()
+    for index, line in enumerate(lines):
+        if "(local_rank: " not in line or index == 0:
+            continue
+        stream, text = tracebacks.split_prefix(line)
+        found = _TORCHRUN_RANK.match(text)
+        above, text_above = tracebacks.split_prefix(lines[index - 1])
+        named = _TORCHRUN_HOST.match(text_above) if above == stream else None
+        host = _short_host(named.group(1)) if named else None
+        if found is None or host is None or found.group(1) not in ranks:
+            continue
+        rank = found.group(1)
+        if hosts.setdefault(rank, host) != host:
+            torn.add(rank)
+    return {rank: host for rank, host in hosts.items() if rank not in torn}
+
+
+def _srun_tasks_are_ranks(lines: list[str], ranks: set[str]) -> bool:
+    """Whether torch's rank N ran as srun's task N: srun started every rank itself (`srun
+    -n32 python train.py`, the rank taken from SLURM_PROCID). Only what the log shows says
+    so: no torchrun, srun's task ids reach the highest rank the log prints, and srun ran two
+    tasks on one node or NCCL's largest communicator has as many ranks as srun had tasks."""
+    top_rank, top_task, world, shared = max(int(r) for r in ranks), -1, 0, False
+    first_task: dict[str, int] = {}
+    for line in lines:
+        if line.startswith("[rank"):
+            end = line.find("]:", 5, 15)
+            if end > 5 and line[5:end].isdecimal():
+                top_rank = max(top_rank, int(line[5:end]))
+        elif line.startswith("srun: error: ") and (task := _SRUN_TASKS.match(line)):
+            host = task.group(1).lower()
+            for low, high in _task_ranges(task.group(2)):
+                top_task = max(top_task, high)
+                shared = shared or high > low or first_task.setdefault(host, low) != low
+        elif _TORCHRUN_TEE.match(line) or any(word in line for word in _TORCHRUN_WORDS):
+            return False
+        if "nranks " in line and (size := _NCCL_WORLD.search(line)):
+            world = max(world, int(size.group(1)))
+    return top_task >= top_rank and (shared or world == top_task + 1)
 
 
 _SRUN_TASKS = re.compile(r"^srun: error: ([\w.-]+): tasks? ([\d,-]+): ")
@@ -260,9 +361,10 @@ def _task_ranges(text: str) -> list[tuple[int, int]]:
     return ranges
 
 
-def _rank_node(rank: str, tasks: dict[str, str], node: str | None) -> str | None:
-    """A `[rank3]:`-prefixed line was written by task 3: its node if srun named it."""
-    return tasks.get(rank, node) if rank else node
+def _rank_node(stream: str, stream_nodes: dict[str, str], node: str | None) -> str | None:
+    """The node of a line of `stream` (`_stream`) as `stream_hosts` placed it, else the
+    log's own node (None for a multi-node job's merged log: no node rather than a guess)."""
+    return stream_nodes.get(stream, node) if stream else node
 
 
 class _NameBudget:
@@ -301,11 +403,8 @@ def _root_fact(
     tz: tzinfo | None,
 ) -> RootException:
     when = _parse_time(root.time_text, year, tz) if root.time_text else None
-    if when is None:
-        when = _time_near(lines, root.exc.index, year, tz)
     if when is None and 0 <= root.exc.header < len(lines):
-        # A traceback has no time of its own; the log line just before it usually has.
-        when = _time_near(lines, root.exc.header, year, tz)
+        when = _logged_time(lines, root.exc.header, year, tz)
     return RootException(
         node=_short_host(root.host) or node,
         time=when,
@@ -316,6 +415,28 @@ def _root_fact(
         exit_code=root.exit_code,
         signal=root.signal,
     )
+
+
+# A traceback has no time of its own, and its exception line is the program's text (a path
+# holding `2024-11-21_10:00:00` is no stamp). Python's logging (`logger.exception`,
+# `exc_info=True`), loguru and glog print an error record's line and its traceback at once:
+# that line's time is the exception's. Any other line before a traceback (a progress line
+# from 15 minutes earlier) only says that the exception came later, and its time would drop
+# from the job's window the very failure that ended the job: such a traceback keeps no time.
+_ERROR_RECORD = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|^[EF]\d{4} \d")
+# Lines of other tasks that may land between a record and its traceback in merged output.
+_RECORD_LOOKBACK = 20
+
+
+def _logged_time(lines: list[str], header: int, year: int, tz: tzinfo | None) -> float | None:
+    """The time of the error record printed just before the traceback at `header` in the same
+    task's lines, else None."""
+    stream = tracebacks.split_prefix(lines[header])[0]
+    for i in range(header - 1, max(-1, header - 1 - _RECORD_LOOKBACK), -1):
+        key, text = tracebacks.split_prefix(lines[i][:200])
+        if key == stream:
+            return _parse_time(text, year, tz) if _ERROR_RECORD.search(text) else None
+    return None
 
 
 def _line_starts(lines: list[str]) -> list[int]:

@@ -12,6 +12,7 @@ rather than done at every start; a regex missing there is derived at import.
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from slurm_triage.attribution.needles_table import NEEDLES
@@ -180,11 +181,33 @@ _ENVIRONMENT_MESSAGES = ("cannot open shared object file", "undefined symbol: ")
 
 def classify_exception(exc_type: str, message: str) -> tuple[Cause, Tier, str]:
     """(cause, role, why) for a root exception: its message's signature, else its type."""
+    return _classified(exc_type, message, [sig for sig, _ in match_line(f"{exc_type}: {message}")])
+
+
+def classify_exceptions(
+    exceptions: list[tuple[str, str]],
+) -> dict[tuple[str, str], tuple[Cause, Tier, str]]:
+    """`classify_exception` of each distinct (type, message), with one needle scan over all
+    of them: a merged log of a big job holds thousands of tracebacks, and a user's 1 MiB of
+    distinct ones would cost a second one by one."""
+    distinct = list(dict.fromkeys(exceptions))
+    text = "\n".join(f"{t}: {m}".replace("\n", " ") for t, m in distinct)
+    starts, offset = [], 0
+    for exc_type, message in distinct:
+        starts.append(offset)
+        offset += len(exc_type) + len(message) + 3
+    hits: dict[int, list[Signature]] = {}
+    for start, sig, _ in scan_text(text):
+        hits.setdefault(bisect.bisect_right(starts, start) - 1, []).append(sig)
+    return {pair: _classified(pair[0], pair[1], hits.get(i, [])) for i, pair in enumerate(distinct)}
+
+
+def _classified(exc_type: str, message: str, matched: list[Signature]) -> tuple[Cause, Tier, str]:
     short = exc_type.rsplit(".", 1)[-1]
     if short in _ENVIRONMENT_TYPES or any(m in message for m in _ENVIRONMENT_MESSAGES):
         return Cause.USER_CODE, Tier.ERROR, "environment: cannot load code or library"
     best: Signature | None = None
-    for sig, _ in match_line(f"{exc_type}: {message}"):
+    for sig in matched:
         if best is None or (sig.role, sig.precedence) > (best.role, best.precedence):
             best = sig
     if best is not None:

@@ -47,7 +47,7 @@ NEEDLES = {
     'CUDA driver version is insufficient for CUDA runtime version': ('CUDA driver version is insufficient for CUDA runtime version',),
     'CUDA error: system not yet initialized|Error 802: system not yet initialized': ('CUDA error: system not yet initialized', 'Error 802: system not yet initialized'),
     'Driver/library version mismatch': ('Driver/library version mismatch',),
-    '(?:^(?P<host>[\\w.-]+):\\d+:\\d+ \\[\\d+\\] .*)?NET/IB ?: .*Got async event ?: (?:port error|local catastrophic error)': ('Got async event',),
+    '(?:^(?P<host>[\\w.-]+):\\d+:\\d+ \\[\\d+\\] .*)?NET/IB ?: .* async (?:(?:error|fatal) )?event ?: (?:port error|local catastrophic error)': (' async ',),
     'Stale file handle|\\[Errno 116\\]': ('Stale file handle', '[Errno 116]'),
     '\\[Errno 5\\] Input/output error': ('[Errno 5] Input/output error',),
     'Transport endpoint is not connected': ('Transport endpoint is not connected',),

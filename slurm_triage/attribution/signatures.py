@@ -260,12 +260,23 @@ SIGNATURES: tuple[Signature, ...] = (
         40,
     ),
     _sig("nvml.driver_mismatch", _C.GPU_DRIVER, Tier.INFRA, r"Driver/library version mismatch", 40),
+    # NCCL's IB async thread on an HCA fault: the port went down or the device died (verbs'
+    # IBV_EVENT_PORT_ERR, IBV_EVENT_DEVICE_FATAL, as ibv_event_type_str() names them). Its
+    # words by version (src/transport/net_ib.cc, net_ib/common.cc): 2.12-2.19 `NET/IB : Got
+    # async event : port error`; 2.20-2.22 `NET/IB : mlx5_3:1 Got async event : ...`;
+    # 2.23-2.28.3 `... Got async error event: port error` and `... async fatal event: local
+    # catastrophic error`; 2.28.7+ `... Got non-fatal async event: port error(10)`. Other
+    # events of the same lines are no fault of the node: `port active`, `LID change`, `GID
+    # table change`, `client reregistration` (the link coming back, the subnet manager); the
+    # per-connection QP and CQ errors (`async fatal event on QP (0x...): ...`) can follow a
+    # peer's exit or the program's misuse of verbs, and blame no node on their own.
     _sig(
         "nccl.ib_async_event",
         _C.INFINIBAND,
         Tier.INFRA,
         r"(?:^(?P<host>[\w.-]+):\d+:\d+ \[\d+\] .*)?"
-        r"NET/IB ?: .*Got async event ?: (?:port error|local catastrophic error)",
+        r"NET/IB ?: .* async (?:(?:error|fatal) )?event ?: "
+        r"(?:port error|local catastrophic error)",
         30,
     ),
     _sig("fs.stale_handle", _C.FILESYSTEM, Tier.INFRA, r"Stale file handle|\[Errno 116\]", 25),
@@ -444,4 +455,9 @@ EXCEPTION_TYPES: dict[str, tuple[Cause, Tier]] = {
     "KeyboardInterrupt": (_C.UNKNOWN, Tier.INFO),
     "SystemExit": (_C.UNKNOWN, Tier.INFO),
     "ChildFailedError": (_C.UNKNOWN, Tier.INFO),
+    # torchrun's own handler for SIGTERM/SIGINT (torch/distributed/elastic/multiprocessing/
+    # api.py, `_terminate_process_handler`): "Process 999 got signal: 15". srun tearing the
+    # step down after another task failed makes every surviving node's torchrun print it: a
+    # death signal, no error of the program (tier and cause of a SIGTERM, findings.py).
+    "SignalException": (_C.UNKNOWN, Tier.EXIT),
 }

@@ -57,7 +57,7 @@ def test_a_logging_time_is_read_in_the_local_zone(chicago: None, tmp_path: Path)
     path = job_output(
         tmp_path,
         [
-            "2026-11-24 05:42:15,123 - INFO - train - step 400 loss 3.11",
+            "2026-11-24 05:42:15,123 - ERROR - train - batch 400 failed",
             "Traceback (most recent call last):",
             '  File "/home/ana/train.py", line 188, in main',
             "KeyError: '<|im_sep|>'",
@@ -115,7 +115,7 @@ def test_a_users_traceback_with_a_local_time_is_the_users_bug(
     """A KeyError 30 s before the end, logged in Chicago time, is in the job's window: the
     user's bug, recorded only (read as UTC it fell 6 h out: unknown, requeued)."""
     lines = [
-        f"{local(30, '%Y-%m-%d %H:%M:%S,123')} - INFO - train - step 400 loss 3.11",
+        f"{local(30, '%Y-%m-%d %H:%M:%S,123')} - ERROR - train - batch 400 failed",
         "Traceback (most recent call last):",
         '  File "/home/ana/train.py", line 188, in main',
         "KeyError: '<|im_sep|>'",

@@ -148,8 +148,9 @@ def test_during_handling_chain_prefers_a_specific_error_anywhere_in_the_chain():
     assert _roots(lines)[0].exc_type == "OSError"
 
 
-def test_last_traceback_wins_and_rank_prefixes_are_separated():
-    """Interleaved `[rankN]:` tracebacks are parsed per rank; the last one to end is the root."""
+def test_earliest_real_error_wins_and_rank_prefixes_are_separated():
+    """Interleaved `[rankN]:` tracebacks are parsed per rank; the program's own error (rank
+    1's CUDA OOM) is the root, not the NCCL error it caused on rank 0, which ends later."""
     lines = [
         "[rank1]: Traceback (most recent call last):",
         "[rank0]: Traceback (most recent call last):",
@@ -160,7 +161,7 @@ def test_last_traceback_wins_and_rank_prefixes_are_separated():
         "or there was a network error, NCCL version 2.20.5",
     ]
     (root,) = _roots(lines)
-    assert root.exc_type == "torch.distributed.DistBackendError"
+    assert root.exc_type == "torch.OutOfMemoryError"
     assert {"torch.cuda_oom", "nccl.remote_error"} <= set(_hits(lines))
 
 
