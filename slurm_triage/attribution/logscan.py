@@ -89,10 +89,15 @@ def scan_log(
     source: Source = Source.USER,
     year: int | None = None,
     tz: tzinfo | None = UTC,
+    since: float | None = None,
 ) -> LogScan:
     """Signature hits (one fact per signature and node, with its count) and the root
-    exception, with the work the scan did; see the module's docstring for its bounds."""
+    exception, with the work the scan did; see the module's docstring for its bounds.
+    `since`: when the run that ended started (the decision's); the lines of earlier runs
+    of a requeued job, appended to the same file, are not read (this_runs_lines)."""
     year = year or datetime.now(UTC).year
+    if since is not None:
+        lines = this_runs_lines(lines, since, year, tz)
     root = tracebacks.find_root(lines)
     failed_at = root.exc.header if root is not None else None
     groups = _group_hits(lines, failed_at)
@@ -105,6 +110,50 @@ def scan_log(
         rank_node = places.get(root_stream) if root_stream else None
         facts.append(_root_fact(root, lines, rank_node or node, source, year, tz))
     return LogScan(tuple(facts), names.spent, names.cut, tasks_mapped)
+
+
+# A log line's own stamp starts within this many characters of its text, after srun's and
+# torch's prefixes (`[2026-...`, `INFO 2026-...`, `[INFO] 2026-...`): a date further on is
+# the program's words (a checkpoint's name).
+_STAMP_STARTS_BY = 12
+# Log stamps come from the nodes' clocks and the program's formatter, the run's start from
+# the controller's: an earlier run's line is one stamped at least this long before it.
+RUN_START_SLACK_S = 60.0
+
+
+def this_runs_lines(lines: list[str], since: float, year: int, tz: tzinfo | None) -> list[str]:
+    """The lines from the first one stamped at `since` or later (less RUN_START_SLACK_S)
+    after the last one stamped before it; all of them when no line is stamped before, or
+    none after (no boundary shows).
+
+    A requeued job's output is appended to with `--open-mode=append` or JobFileAppend=1, so
+    its tail may hold an earlier run's failure. A traceback has no time of its own for the
+    job's window to drop it by, and the earliest real error is the root (tracebacks), so
+    the earlier run's error would be read as this run's. A log whose every stamp is older
+    than the run (stamps in another zone than the controller's, a node clock far behind)
+    shows no boundary and is read whole, as before: nothing of this run is lost. The
+    unstamped lines between the two runs' stamps are the earlier run's last words (its
+    failure's traceback) or this run's first, before it logged: they are left unread."""
+    floor = since - RUN_START_SLACK_S
+    first_of_run: int | None = None
+    for i in range(len(lines) - 1, -1, -1):
+        when = _line_stamp(lines[i], year, tz)
+        if when is None:
+            continue
+        if when >= floor:
+            first_of_run = i
+        else:
+            return lines if first_of_run is None else lines[first_of_run:]
+    return lines
+
+
+def _line_stamp(line: str, year: int, tz: tzinfo | None) -> float | None:
+    """The time a log line is stamped with at its start, else None."""
+    text = tracebacks.split_prefix(line[:200])[1][: _STAMP_STARTS_BY + 40]
+    found = _ISO.search(text) or _GLOG.search(text)
+    if found is None or found.start() > _STAMP_STARTS_BY:
+        return None
+    return _parse_time(text[found.start() :], year, tz)
 
 
 def scan_lines(

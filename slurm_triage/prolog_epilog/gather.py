@@ -58,14 +58,15 @@ def wait_for_root_records(config: Config, end: JobEnd, clock: Clock) -> tuple[st
 
 
 def output_facts(
-    job: JobInfo, uid: int, deadline: float, clock: Clock
+    job: JobInfo, uid: int, deadline: float, clock: Clock, since: float | None = None
 ) -> tuple[list[Fact], list[str]]:
     """Signatures in the tail of the batch script's output (jobs without the wrapper too):
     the job's own words, so USER facts. srun merges every task's output into this file, so a
     line of a multi-node job names its node only through srun's own lines (`srun: error:
     node2: task 1: ...`, `[rank1]:` mapped by them); the batch host is right only for a
     single-node job. The notes say what the scan's bound left unread (logscan.MAX_SCAN_NAMES
-    host names named by the output's host lists)."""
+    host names named by the output's host lists). `since`: when the run that ended started;
+    an earlier run's lines appended to the same file are not read (logscan.this_runs_lines)."""
     facts: list[Fact] = []
     notes: list[str] = []
     for path in dict.fromkeys(p for p in (job.std_out, job.std_err) if p.startswith("/")):
@@ -81,7 +82,9 @@ def output_facts(
         # read them in this process's zone (the controller's, the cluster's), as `classify`
         # does. Read as UTC, they moved by the zone's offset, out of the job's window.
         year = time.localtime(clock.time()).tm_year
-        scan = logscan.scan_log(lines, node=node, source=Source.USER, year=year, tz=None)
+        scan = logscan.scan_log(
+            lines, node=node, source=Source.USER, year=year, tz=None, since=since
+        )
         facts += scan.facts
         if scan.cut_short():
             notes.append(
@@ -122,7 +125,7 @@ def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock
         config.paths.evidence_dir, end.job_id, end.nodes, newer_than=since
     )
     # The output scan first: records that use up the deadline must not cost it its read.
-    found, notes = output_facts(run.job, end.uid, deadline, clock)
+    found, notes = output_facts(run.job, end.uid, deadline, clock, since=end.records_since)
     users = store.read_user_records(
         config.paths.evidence_dir,
         end.job_id,
