@@ -469,6 +469,18 @@ class FakeDoor(SlurmDoor):
     ) -> tuple[str, ...]:
         wanted = list(dict.fromkeys(nodes))
         self._enter("set_excluded_nodes", job_id, tuple(wanted), merge=merge)
+        leader = self._controller_job(job_id, f"scontrol update JobId={job_id} ...").het_job_id
+        if leader is not None:
+            # As the CLI door: every component (`L+O` each), each with its own exclusions.
+            parts = sorted(
+                (j for j in self.jobs.values() if j.het_job_id == leader),
+                key=lambda j: j.het_job_offset or 0,
+            )
+            merged = {p.job_id: self._exclude(p.job_id, wanted, merge) for p in parts}
+            return merged[job_id]
+        return self._exclude(job_id, wanted, merge)
+
+    def _exclude(self, job_id: int, wanted: list[str], merge: bool) -> tuple[str, ...]:
         job = self._pending_job(job_id, "ExcNodeList")
         unknown = [n for n in wanted if n not in self.node_table]
         if unknown:
@@ -489,7 +501,10 @@ class FakeDoor(SlurmDoor):
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
         self._enter("set_begin_time", job_id, delay_s)
         self._pending_job(job_id, "StartTime")
-        self._update(job_id, "StartTime", lambda record: record)
+        # A het job's by its leader's number: every component (update_job_str).
+        whole = self._controller_job(job_id, f"scontrol update JobId={job_id} ...").whole_job_spec
+        for record in self._addressed(whole, f"scontrol update JobId={whole} StartTime=..."):
+            self._update(record.job_id, "StartTime", lambda record: record)
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         self._enter("set_admin_comment", job_id, text)

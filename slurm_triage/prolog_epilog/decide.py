@@ -172,7 +172,12 @@ def decide(
     *,
     clock: Clock = SYSTEM_CLOCK,
 ) -> Outcome:
-    """Decide one job end; `job` is the controller's view if the caller has just read it."""
+    """Decide one job end; `job` is the controller's view if the caller has just read it.
+    A het job is decided once, at its leader's end, over every component's nodes: a
+    component's own end is not decided (het_component)."""
+    if end.het_component:
+        get_logger(job_id=end.job_id).info("decision_left_to_het_leader", leader=end.het_job_id)
+        return Outcome(end.job_id, decided=False)
     started = clock.monotonic()
     run = read_ended_run(config, end, door, job or door.job(end.job_id), clock, started)
     end = run.end
@@ -323,6 +328,9 @@ def decide_from_env(
     log = get_logger(job_id=slurm_env(env, "job_id") or None)
     try:
         end = JobEnd.from_env(env, clock.time())
+        if end.het_component:  # decided with its leader (decide)
+            get_logger(job_id=end.job_id).info("decision_left_to_het_leader", leader=end.het_job_id)
+            return None
         door = door or open_door(config.slurm)
         job = door.job(end.job_id)  # read once: the decision starts from it
         if _expedited_failure(job, end):

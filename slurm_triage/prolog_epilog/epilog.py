@@ -127,7 +127,7 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
             if r.status is not CheckStatus.SKIPPED
         ]
     return EvidenceRecord(
-        job_id=str(end.job_id),
+        job_id=str(end.evidence_job_id),
         node=end.node,
         step="epilog",
         collected_by=Source.ROOT,
@@ -214,8 +214,10 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
     log = get_logger(job_id=end.job_id, node=end.node)
     record = collect(config, end, now)
     try:
+        # A het job component's under its leader's id: the het job's one decision (the
+        # leader's) reads every component's nodes there (decide.decide).
         path = write_root_record(
-            config.paths.evidence_dir, end.job_id, end.node, record_to_json(record)
+            config.paths.evidence_dir, end.evidence_job_id, end.node, record_to_json(record)
         )
         log.info("epilog_evidence_written", path=path, facts=len(record.facts))
     except Exception as exc:

@@ -27,6 +27,12 @@ SLURM_ENV = {
     "restart_count": "SLURM_JOB_RESTART_COUNT",
     "start_time": "SLURM_JOB_START_TIME",
     "context": "SLURM_SCRIPT_CONTEXT",
+    # A het job's: every program of every component has its leader's id (job_mgr.c
+    # job_common_env_vars, prep_script_slurmd.c _build_env); EpilogSlurmctld also has the
+    # component's offset, and the leader's (offset 0) every component's nodes.
+    "het_job_id": "SLURM_HET_JOB_ID",
+    "het_job_offset": "SLURM_HET_JOB_OFFSET",
+    "het_job_nodelist": "SLURM_HET_JOB_NODELIST",
 }
 
 
@@ -36,8 +42,13 @@ def slurm_env(env: Mapping[str, str], name: str, default: str = "") -> str:
 
 
 def job_nodes(env: Mapping[str, str]) -> tuple[str, ...]:
-    """The job's nodes, expanded; HostlistError when the expression is not one."""
-    expression = slurm_env(env, "nodelist") or slurm_env(env, "nodelist_before_23_02")
+    """The job's nodes, expanded (a het job leader's EpilogSlurmctld: every component's);
+    HostlistError when the expression is not one."""
+    expression = (
+        slurm_env(env, "het_job_nodelist")
+        or slurm_env(env, "nodelist")
+        or slurm_env(env, "nodelist_before_23_02")
+    )
     return tuple(hostlist.expand(expression))
 
 
@@ -58,6 +69,22 @@ class JobEnd(Frozen, kw_only=True):
     # The decision's: records written before this belong to earlier runs of a requeued job
     # (same job id, same directory) and must not be read as this run's.
     records_since: float | None = None
+    # A het job component's leader (SLURM_HET_JOB_ID; the leader's own id for the leader),
+    # None for any other job.
+    het_job_id: int | None = None
+
+    @property
+    def evidence_job_id(self) -> int:
+        """The job id this end's evidence is filed and read under: a het job's leader for
+        every component, so that the one decision of the het job (the leader's) reads the
+        root records of every component's nodes."""
+        return self.job_id if self.het_job_id is None else self.het_job_id
+
+    @property
+    def het_component(self) -> bool:
+        """A het job component other than the leader: its end is decided with the
+        leader's, by the leader's EpilogSlurmctld, never on its own."""
+        return self.het_job_id is not None and self.het_job_id != self.job_id
 
     @property
     def failed(self) -> bool:
@@ -71,6 +98,7 @@ class JobEnd(Frozen, kw_only=True):
         exit2 = env.get(SLURM_ENV["exit_code2"])
         code, _, sig = (exit2 or "").partition(":")
         start = slurm_env(env, "start_time")
+        het = slurm_env(env, "het_job_id")
         try:
             nodes = job_nodes(env)
         except hostlist.HostlistError:
@@ -87,4 +115,5 @@ class JobEnd(Frozen, kw_only=True):
             exit_code=int(code or 0) if exit2 else None,
             exit_signal=int(sig or 0) if exit2 else None,
             start_time=float(start) if start.isdigit() and int(start) > 0 else None,
+            het_job_id=int(het) if het else None,
         )

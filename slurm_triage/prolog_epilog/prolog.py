@@ -107,7 +107,8 @@ def _record_for_decision(config: Config, report: RunReport, env: Mapping[str, st
     from slurm_triage.evidence.store import write_root_record
     from slurm_triage.health_checks.registry import health_fact
 
-    job = slurm_env(env, "job_id")
+    # A het job component's under its leader's id, which the het job's one decision reads.
+    job = slurm_env(env, "het_job_id") or slurm_env(env, "job_id")
     if not job.isdigit():
         return
     facts = tuple(health_fact(r, report.node, report.started) for r in report.failures)

@@ -189,17 +189,43 @@ class CliDoor(SlurmDoor):
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
     ) -> tuple[str, ...]:
         wanted = list(dict.fromkeys(nodes))
+        leader = self._known(job_id).het_job_id
+        if leader is not None:
+            # A het job is started, and requeued, whole: any component may land on the node
+            # next time. Each keeps its own exclusions (a leader's ExcNodeList= would replace
+            # every component's with the leader's).
+            parts = self.het_parts(leader)
+            merged = [self._exclude(p, wanted, merge) for p in parts]
+            return next(m for p, m in zip(parts, merged, strict=True) if p.job_id == job_id)
+        return self._exclude(self.job(job_id) if merge else self._known(job_id), wanted, merge)
+
+    def _exclude(self, job: JobInfo, wanted: list[str], merge: bool) -> tuple[str, ...]:
         if merge:
-            current = self.job(job_id).excluded_nodes
-            wanted = list(dict.fromkeys([*current, *wanted]))
+            wanted = list(dict.fromkeys([*job.excluded_nodes, *wanted]))
         value = hostlist.compress(wanted) if wanted else ""
-        self._update_job(job_id, f"ExcNodeList={value}")
-        log.info("job_excluded_nodes_set", job_id=job_id, excluded=value)
+        self._runner.run(["scontrol", "update", f"JobId={job.record_spec}", f"ExcNodeList={value}"])
+        log.info("job_excluded_nodes_set", job_id=job.job_id, excluded=value)
         return tuple(wanted)
+
+    def het_parts(self, leader: int) -> tuple[JobInfo, ...]:
+        """Every component of het job `leader`, by offset, as slurmctld shows them now."""
+        if parse.version_tuple(self.slurm_version()) >= SCONTROL_JOB_JSON_SINCE:
+            parts = self._runner.read(
+                ["scontrol", "--json", "show", "job", str(leader)],
+                lambda text: parse.parse_scontrol_het_parts_json(text, leader),
+            )
+        else:
+            result = self._runner.run(["scontrol", "show", "job", str(leader)])
+            parts = parse.parse_scontrol_het_parts(result.stdout, leader)
+        for part in parts:
+            self._known.remember(part)
+        return parts
 
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
         seconds = max(0, int(round(delay_s)))
-        self._update_job(job_id, f"StartTime=now+{seconds}")
+        # A het job starts whole: its leader's number updates every component.
+        spec = self._known(job_id).whole_job_spec
+        self._runner.run(["scontrol", "update", f"JobId={spec}", f"StartTime=now+{seconds}"])
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         if "\n" in text:

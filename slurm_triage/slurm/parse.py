@@ -232,6 +232,25 @@ def parse_scontrol_job(text: str, job_id: int) -> JobInfo:
     return _job_from_fields(_record_fields(mine[0], job_id), job_id)
 
 
+def parse_scontrol_het_parts(text: str, leader: int) -> tuple[JobInfo, ...]:
+    """Every component of het job `leader` from `scontrol show job LEADER` (one record per
+    component, job_mgr.c pack_one_job), by offset."""
+    if len(text) > MAX_OUTPUT_BYTES:
+        raise SlurmOutputError("scontrol output too large")
+    parts = [
+        parse_scontrol_job(text, job_id)
+        for job_id in dict.fromkeys(_record_job_id(r) for r in _scontrol_records(text))
+    ]
+    return _het_parts(parts, leader)
+
+
+def _het_parts(parts: list[JobInfo], leader: int) -> tuple[JobInfo, ...]:
+    mine = sorted((p for p in parts if p.het_job_id == leader), key=lambda p: p.het_job_offset or 0)
+    if not mine:
+        raise SlurmOutputError(f"scontrol show job {leader}: no component of het job {leader}")
+    return tuple(mine)
+
+
 def _scontrol_records(text: str) -> list[list[tuple[str, str]]]:
     """Records as (line key, line text) lists; a line not shaped like Slurm's is appended
     to the one before (it is the rest of a value holding a newline)."""
@@ -594,6 +613,19 @@ def parse_scontrol_job_json(text: str, job_id: int) -> JobInfo:
         raise SlurmOutputError(
             f"scontrol --json show job {job_id}: a field has an unexpected shape"
         ) from None
+
+
+def parse_scontrol_het_parts_json(text: str, leader: int) -> tuple[JobInfo, ...]:
+    """Every component of het job `leader` from `scontrol --json show job LEADER`."""
+    if len(text) > MAX_OUTPUT_BYTES:
+        raise SlurmOutputError("scontrol --json show job: output too large")
+    try:
+        jobs = json.loads(text)["jobs"]
+        ids = [j["job_id"] for j in jobs if isinstance(j, dict)]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        raise SlurmOutputError("scontrol --json show job: not the expected JSON document") from None
+    parts = [parse_scontrol_job_json(text, job_id) for job_id in dict.fromkeys(ids)]
+    return _het_parts(parts, leader)
 
 
 def _job_from_json(raw: dict[str, Any], job_id: int) -> JobInfo:

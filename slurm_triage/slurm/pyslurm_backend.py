@@ -273,6 +273,9 @@ class PyslurmDoor(SlurmDoor):
     def set_excluded_nodes(
         self, job_id: int, nodes: Iterable[str], *, merge: bool = True
     ) -> tuple[str, ...]:
+        if self._known(job_id).het_job_id is not None:
+            # Every component, each with its own exclusions: pyslurm updates one record.
+            return self._cli.set_excluded_nodes(job_id, nodes, merge=merge)
         wanted = list(dict.fromkeys(nodes))
         if merge:  # the user's own --exclude stays
             current = self._call(
@@ -287,6 +290,9 @@ class PyslurmDoor(SlurmDoor):
         return tuple(wanted)
 
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
+        if self._known(job_id).het_job_id is not None:
+            self._cli.set_begin_time(job_id, delay_s)  # every component, by its leader
+            return
         # An epoch, not "now+N": pyslurm passes digits through, and 0 would mean "unset".
         begin = int(time.time()) + max(0, int(round(delay_s)))
         self._modify_job("begin_time", job_id, begin_time=begin)

@@ -132,8 +132,10 @@ def test_hold_and_release_reach_one_pending_task() -> None:
 
 def test_a_het_component_fault_requeues_the_het_job_through_its_leader() -> None:
     """Slurm refuses `scontrol requeue <component>` ("Job not heterogeneous job leader") and
-    requeues a het job whole by its leader; the exclusion goes to the failed component."""
+    requeues a het job whole by its leader; the exclusion goes to every component (each may
+    land on the node in the next run), each keeping its own."""
     leader = job_info(200, nodes=("node1",), het_job_id=200, het_job_offset=0)
+    leader = replace(leader, excluded_nodes=("node3",))
     part = job_info(201, nodes=("node2",), het_job_id=200, het_job_offset=1)
     door = FakeDoor([leader, part], node_infos(4))
     door.end_job(201, "FAILED", exit_code=1)
@@ -141,23 +143,30 @@ def test_a_het_component_fault_requeues_the_het_job_through_its_leader() -> None
     applied = _carry_out(door, 201, decision, blamed=("node2",))
     assert applied.requeued and not applied.errors, applied.errors
     assert [door.jobs[j].restart_count for j in (200, 201)] == [1, 1]
-    assert (door.jobs[200].excluded_nodes, door.jobs[201].excluded_nodes) == ((), ("node2",))
+    assert (door.jobs[200].excluded_nodes, door.jobs[201].excluded_nodes) == (
+        ("node3", "node2"),
+        ("node2",),
+    )
 
 
 # -- the command-line door's argv -------------------------------------------------------------
 
 
-def _fake_slurm(bin_dir: Path, version: str, show: str, record: Path) -> tuple[CliDoor, Path]:
-    """Slurm clients that log their argv, print `record` for `show`, and accept the rest."""
+def _fake_slurm(
+    bin_dir: Path, version: str, show: str, record: Path, *also: str
+) -> tuple[CliDoor, Path]:
+    """Slurm clients that log their argv, print `record` for `show` (and the commands
+    `also` names), and accept the rest."""
     log = bin_dir / "argv.log"
     for command in ("scontrol", "scancel", "sacctmgr", "sacct"):
         script = bin_dir / command
+        shown = "|".join(shlex.quote(c.removeprefix(command + " ")) for c in (show, *also))
         script.write_text(
             "#!/bin/sh\n"
             f'echo "{command} $*" >> {shlex.quote(str(log))}\n'
             'case "$*" in\n'
             f'  "--version") echo "slurm {version}" ;;\n'
-            f"  {shlex.quote(show.removeprefix(command + ' '))}) cat {shlex.quote(str(record))};;\n"
+            f"  {shown}) cat {shlex.quote(str(record))};;\n"
             "esac\n"
         )
         script.chmod(0o755)
@@ -191,17 +200,42 @@ def test_cli_door_names_an_array_task_a_t_on_25_11(tmp_path: Path) -> None:
 
 
 def test_cli_door_requeues_a_het_component_by_its_leader_on_22_05(tmp_path: Path) -> None:
-    """Job 8 is component 1 of het job 7: requeue and cancel name the leader, updates the
-    component (`7+1`)."""
+    """Job 8 is component 1 of het job 7: requeue, cancel and the begin time name the leader
+    (the whole het job); an exclusion reaches every component (`7+0`, `7+1`, read from
+    `scontrol show job 7`), each keeping its own (7 excludes node1, 8 node3)."""
     record = SLURM / "22.05" / "scontrol_show_job_het.txt"
-    door, log = _fake_slurm(tmp_path, "22.05.8", "scontrol show job 8", record)
+    door, log = _fake_slurm(
+        tmp_path, "22.05.8", "scontrol show job 8", record, "scontrol show job 7"
+    )
     door.requeue(8, hold=True)
-    door.set_excluded_nodes(8, ["node3"], merge=False)
+    assert door.set_excluded_nodes(8, ["node2"]) == ("node3", "node2")
+    door.set_begin_time(8, 30)
+    door.set_admin_comment(8, "x")
     door.cancel(8)
     assert log.read_text().splitlines()[2:] == [
         "scontrol requeuehold 7",
-        "scontrol update JobId=7+1 ExcNodeList=node3",
+        "scontrol show job 7",
+        "scontrol update JobId=7+0 ExcNodeList=node[1-2]",
+        "scontrol update JobId=7+1 ExcNodeList=node[2-3]",
+        "scontrol update JobId=7 StartTime=now+30",
+        "scontrol update JobId=7+1 AdminComment=x",
         "scancel 7",
+    ]
+
+
+def test_cli_door_excludes_a_node_from_every_het_component_on_25_11(tmp_path: Path) -> None:
+    """Job 10 is component 1 of het job 9 (`--exclude=node3 : --exclude=node1`): node2 is
+    excluded from both, each keeping its own, read from `scontrol --json show job 9`."""
+    record = SLURM / "25.11" / "scontrol_json_show_job_het.json"
+    door, log = _fake_slurm(
+        tmp_path, "25.11.7", "scontrol --json show job 10", record, "scontrol --json show job 9"
+    )
+    assert door.set_excluded_nodes(10, ["node2"]) == ("node1", "node2")
+    assert log.read_text().splitlines()[1:] == [
+        "scontrol --json show job 10",
+        "scontrol --json show job 9",
+        "scontrol update JobId=9+0 ExcNodeList=node[2-3]",
+        "scontrol update JobId=9+1 ExcNodeList=node[1-2]",
     ]
 
 

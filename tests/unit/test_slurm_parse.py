@@ -4,6 +4,7 @@ and its 22.05/) and 25.11 (25.11/), plus the node JSON shape of each data_parser
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from slurm_triage.slurm.parse import (
     parse_exit_code,
     parse_key_values,
     parse_sacct_job,
+    parse_scontrol_het_parts,
+    parse_scontrol_het_parts_json,
     parse_scontrol_job,
     parse_scontrol_nodes_json,
     parse_sinfo_json,
@@ -424,6 +427,25 @@ def test_het_job_components(version: str, leader: int) -> None:
     first, second = parse_scontrol_job(text, leader), parse_scontrol_job(text, leader + 1)
     assert (first.nodes, first.excluded_nodes) == (("node3",), ("node1",))
     assert (second.nodes, second.excluded_nodes) == (("node1",), ("node3",))
+
+
+@pytest.mark.parametrize(
+    ("name", "parse", "ids"),
+    [
+        ("22.05/scontrol_show_job_het.txt", parse_scontrol_het_parts, (7, 8)),
+        ("25.11/scontrol_show_job_het.txt", parse_scontrol_het_parts, (16, 17)),
+        ("25.11/scontrol_json_show_job_het.json", parse_scontrol_het_parts_json, (9, 10)),
+    ],
+)
+def test_every_het_job_component_by_offset(name: str, parse: Any, ids: tuple[int, int]) -> None:
+    """`scontrol show job LEADER` prints every component; each keeps its own exclusions
+    (the JSON one was submitted `--exclude=node3 : --exclude=node1`)."""
+    parts = parse((SLURM / name).read_text(), ids[0])
+    assert tuple(p.job_id for p in parts) == ids
+    assert [(p.het_job_id, p.het_job_offset) for p in parts] == [(ids[0], 0), (ids[0], 1)]
+    assert parts[0].excluded_nodes != parts[1].excluded_nodes
+    with pytest.raises(SlurmOutputError):
+        parse((SLURM / name).read_text(), 12345)
 
 
 @pytest.mark.parametrize("version", ["22.05", "25.11"])
