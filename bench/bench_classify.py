@@ -200,6 +200,12 @@ HOSTILE_TAILS = {
     "a different 16,384-node list on every line": [
         f"srun: error: Node failure on n[{i:06d}-{i + 16383:06d}]" for i in range(1, 24001)
     ],
+    # A rank's line placed through srun's tasks reads NCCL's world size from `nranks`: a
+    # regex retried at each `NCCL INFO ` of such lines took 6 s (quadratic).
+    "a rank's error, then 810 `NCCL INFO ` per `nranks` line": [
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        *["[rank0]: nranks x " + "NCCL INFO " * 810] * 100,
+    ],
 }
 
 

@@ -275,7 +275,9 @@ _TORCHRUN_RANK = re.compile(r"\s*rank\s*: ?(\d{1,9}) \(local_rank: \d+\)")
 # Words only torchrun (or a launcher built on it) writes: it numbers ranks itself.
 _TORCHRUN_WORDS = ("(local_rank: ", "torch/distributed/run.py", "torch.distributed.elastic")
 _TORCHRUN_TEE = re.compile(r"(?:\d{1,9}: )?\[default\d{1,9}\]:")
-_NCCL_WORLD = re.compile(r"NCCL INFO .*\bnranks (\d{1,9})\b")
+# Searched from the first `NCCL INFO ` of a line only: `NCCL INFO .*\bnranks` retried at
+# each of a hostile line's thousand `NCCL INFO `s, quadratic (6 s a MiB).
+_NCCL_WORLD = re.compile(r"\bnranks (\d{1,9})\b")
 
 
 def _stream(line: str) -> str:
@@ -359,7 +361,8 @@ def _srun_tasks_are_ranks(lines: list[str], ranks: set[str]) -> bool:
                 shared = shared or high > low or first_task.setdefault(host, low) != low
         elif _TORCHRUN_TEE.match(line) or any(word in line for word in _TORCHRUN_WORDS):
             return False
-        if "nranks " in line and (size := _NCCL_WORLD.search(line)):
+        info = line.find("NCCL INFO ") if "nranks " in line else -1
+        if info >= 0 and (size := _NCCL_WORLD.search(line, info)):
             world = max(world, int(size.group(1)))
     return top_task >= top_rank and (shared or world == top_task + 1)
 

@@ -97,19 +97,25 @@ def split_prefix(line: str) -> tuple[str, str]:
 def find_root(lines: list[str]) -> Root | None:
     """The root exception of `lines`, or None when they hold no traceback.
 
-    The earliest real error wins (the earliest failure is the root cause): in a merged
-    multi-node log the rank that failed first is followed by every other rank's NCCL error
-    and each node's torchrun teardown. Without one, the root of the last traceback that is
-    not a teardown (`SignalException`), unless teardown is all there is. A log with one
-    traceback reads as that traceback. Work: one needle scan classifies every exception,
-    and a torchrun summary is read a few times at most, never past the next traceback."""
+    What ended a rank is the last traceback of its stream (torch's `[rankN]:`, which its
+    excepthook prints for the exception the rank died of, or srun's `N: ` label): one it
+    printed earlier and survived (a retried upload, a skipped sample) is not its end. Of
+    those ends the earliest real error wins (the earliest failure is the root cause): in
+    a merged multi-node log the rank that failed first is followed by every other rank's
+    NCCL error and each node's torchrun teardown. Otherwise, the root of the last
+    traceback that is not a teardown (`SignalException`), unless teardown is all there
+    is: unprefixed output says nothing of which process printed what, and a traceback
+    printed and survived there (`traceback.print_exc()`, a thread's), or an earlier run's
+    in a file appended to, is followed by the one the job died of. Work: one needle scan
+    classifies every exception, and a torchrun summary is read a few times at most, never
+    past the next traceback."""
     chains = sorted(_chains(lines), key=lambda chain: chain[-1].index)
     if not chains:
         return None
     scan = _Scan(lines, chains)
     kept = [c for c in chains if _short(scan.pick_root(c).exc_type) not in _TEARDOWN] or chains
     last = _root_of(scan, kept[-1], kept[:-1])
-    first = _earliest_real(scan, kept)
+    first = _earliest_real(scan, _rank_ends(lines, kept))
     if first is None or (scan.real(last.exc) and first.exc.index >= last.exc.index):
         return last
     return _with_summary(scan, first, kept)
@@ -156,6 +162,15 @@ def _root_of(scan: _Scan, chain: list[ExcLine], earlier: list[list[ExcLine]]) ->
 def _plain_root(lines: list[str], exc: ExcLine) -> Root:
     stream = split_prefix(lines[exc.index])[0]
     return Root(exc, rank=int(stream) if stream.isdigit() else None)
+
+
+def _rank_ends(lines: list[str], chains: list[list[ExcLine]]) -> list[list[ExcLine]]:
+    """The last traceback of each rank's or task's stream (a prefixed one), in file order."""
+    last: dict[str, list[ExcLine]] = {}
+    for chain in chains:
+        if stream := split_prefix(lines[chain[-1].index])[0]:
+            last[stream] = chain
+    return sorted(last.values(), key=lambda chain: chain[-1].index)
 
 
 def _earliest_real(scan: _Scan, chains: list[list[ExcLine]]) -> Root | None:

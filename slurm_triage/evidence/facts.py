@@ -200,7 +200,8 @@ class LogHit(Fact, kw_only=True):
 
 
 class RootException(Fact, kw_only=True):
-    """The root exception of the last Python traceback in a log.
+    """The root exception of a log (attribution.tracebacks.find_root: the traceback that
+    ended the failing rank).
 
     For a torchrun `ChildFailedError` it is the summary's "Root Cause (first observed
     failure)": the failed rank, its exit code, and the signal when it died of one.

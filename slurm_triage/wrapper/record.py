@@ -106,7 +106,9 @@ def _scan_tails(
             continue
         from slurm_triage.attribution import decode_tail, scan_lines
 
-        for fact in scan_lines(decode_tail(data, whole_file=whole), node=node, year=year):
+        # Naive stamps in the node's local zone, as the decision reads the job's output.
+        lines = decode_tail(data, whole_file=whole)
+        for fact in scan_lines(lines, node=node, year=year, tz=None):
             if isinstance(fact, RootException):
                 roots.append(fact)
             elif isinstance(fact, LogHit):
