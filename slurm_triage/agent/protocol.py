@@ -95,6 +95,7 @@ ENV_RULES: dict[str, Callable[[str], bool]] = {
     "SLURM_JOB_ID": _digits(10),
     "SLURM_JOB_UID": _digits(10),
     "SLURM_JOB_GID": _digits(10),
+    "SLURM_HET_JOB_ID": _digits(10),  # a het job's leader: its turned-away record's home
     "SLURMD_NODENAME": _name(64),
     "SLURM_JOB_GPUS": _gpu_list,
     "SLURM_JOB_EXCLUSIVE": _word,

@@ -58,7 +58,12 @@ def wait_for_root_records(config: Config, end: JobEnd, clock: Clock) -> tuple[st
 
 
 def output_facts(
-    job: JobInfo, uid: int, deadline: float, clock: Clock, since: float | None = None
+    job: JobInfo,
+    uid: int,
+    deadline: float,
+    clock: Clock,
+    since: float | None = None,
+    nodes: tuple[str, ...] | None = None,
 ) -> tuple[list[Fact], list[str]]:
     """Signatures in the tail of the batch script's output (jobs without the wrapper too):
     the job's own words, so USER facts. srun merges every task's output into this file, so a
@@ -66,7 +71,8 @@ def output_facts(
     node2: task 1: ...`, `[rank1]:` mapped by them); the batch host is right only for a
     single-node job. The notes say what the scan's bound left unread (logscan.MAX_SCAN_NAMES
     host names named by the output's host lists). `since`: when the run that ended started;
-    an earlier run's lines appended to the same file are not read (logscan.this_runs_lines)."""
+    an earlier run's lines appended to the same file are not read (logscan.this_runs_lines).
+    `nodes`: the run's (a het job's: every component's), when more than the job's own."""
     facts: list[Fact] = []
     notes: list[str] = []
     for path in dict.fromkeys(p for p in (job.std_out, job.std_err) if p.startswith("/")):
@@ -77,7 +83,8 @@ def output_facts(
             get_logger(job_id=job.job_id).info("job_output_unread", detail=str(exc))
             continue
         lines = decode_tail(data, whole_file=len(data) < OUTPUT_TAIL_BYTES)
-        node = job.batch_host or None if len(job.nodes) <= 1 else None
+        single = len(nodes if nodes is not None else job.nodes) <= 1
+        node = job.batch_host or None if single else None
         # Python's logging, glog and slurmstepd's `CANCELLED AT` write naive local times:
         # read them in this process's zone (the controller's, the cluster's), as `classify`
         # does. Read as UTC, they moved by the zone's offset, out of the job's window.
@@ -125,7 +132,9 @@ def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock
         config.paths.evidence_dir, end.job_id, end.nodes, newer_than=since
     )
     # The output scan first: records that use up the deadline must not cost it its read.
-    found, notes = output_facts(run.job, end.uid, deadline, clock, since=end.records_since)
+    found, notes = output_facts(
+        run.job, end.uid, deadline, clock, since=end.records_since, nodes=end.nodes
+    )
     users = store.read_user_records(
         config.paths.evidence_dir,
         end.job_id,

@@ -168,6 +168,10 @@ class SlurmDoor(abc.ABC):
         """The running Slurm's version, e.g. '22.05.8'."""
 
 
+def _accounted(job: JobInfo) -> bool:
+    return job.source in ("sacct", "pyslurm-db")
+
+
 class KnownJobs:
     """The jobs a door has read, by id, for how Slurm names them (JobInfo.record_spec,
     whole_job_spec). A job's array task and het job ids are fixed when it is submitted, so
@@ -182,7 +186,12 @@ class KnownJobs:
         self._jobs: dict[int, JobInfo] = {}
 
     def remember(self, job: JobInfo) -> JobInfo:
-        self._jobs[job.job_id] = job
+        """Keep `job`, unless it is accounting's and slurmctld's record is kept: while a job
+        ends, slurmdbd may hold a row of it not yet complete (seen on 22.05: no array task,
+        user root), and a name taken from it (the bare array id) would act on every task."""
+        known = self._jobs.get(job.job_id)
+        if known is None or not _accounted(job) or _accounted(known):
+            self._jobs[job.job_id] = job
         return job
 
     def __call__(self, job_id: int) -> JobInfo:

@@ -395,3 +395,20 @@ def test_an_array_task_given_as_a_t_is_refused_with_a_hint() -> None:
     job_id = next(a for a in requeue._actions if a.dest == "job_id")
     with pytest.raises(argparse.ArgumentTypeError, match=r"own job id: squeue -o %A"):
         job_id.type("100_1")  # type: ignore[misc,operator]
+
+
+def test_an_accounting_row_does_not_rename_a_job_slurmctld_named(tmp_path: Path) -> None:
+    """While job 6 (task 1 of array 6) ends, slurmdbd may answer a row of it without its
+    array task (seen on 22.05): the door keeps slurmctld's `6_1` and never requeues the
+    bare `6`, which is every task of the array."""
+    from slurm_triage.slurm.door import KnownJobs
+
+    named = job_info(6, array_job_id=6, array_task_id=1)
+    known = KnownJobs(lambda job_id: named)
+    known.remember(named)
+    known.remember(replace(job_info(6), source="sacct"))
+    assert known(6).record_spec == "6_1"
+    fresh = KnownJobs(lambda job_id: named)
+    fresh.remember(replace(job_info(6), source="sacct"))
+    fresh.remember(named)  # slurmctld's record always replaces accounting's
+    assert fresh(6).record_spec == "6_1"

@@ -121,3 +121,39 @@ def test_a_fault_on_a_components_node_is_decided_once_by_the_leader(tmp_path: Pa
     assert [j.restart_count for j in (door.jobs[LEADER], door.jobs[PART])] == [1, 1]
     rows = Journal(config.decision.journal).decisions()
     assert [(r.job_id, r.nodes) for r in rows] == [(LEADER, ("node1", "node3"))]
+
+
+def test_the_agent_passes_the_het_leader_to_the_prolog_it_serves() -> None:
+    """A Prolog served by the node agent files a turned-away record under the leader too."""
+    from slurm_triage.agent import protocol as agent_protocol
+
+    env = {"SLURM_JOB_ID": str(PART), "SLURM_HET_JOB_ID": str(LEADER), "SLURMD_NODENAME": "node3"}
+    line = agent_protocol.encode_request(env)
+    assert agent_protocol.parse_request(line.rstrip(b"\n")).env == env
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the job's output is chowned")
+def test_a_het_jobs_output_is_not_pinned_to_the_leaders_one_node(tmp_path: Path) -> None:
+    """A CPU leader on one node and a GPU component elsewhere: the leader's output file is
+    every component's, so its lines name no node of their own (srun's lines name theirs)."""
+    from slurm_triage.clock import Clock
+    from slurm_triage.evidence import RootException
+    from slurm_triage.prolog_epilog.gather import output_facts
+
+    out = tmp_path / "slurm-200.out"
+    out.write_text(
+        "[rank5]: Traceback (most recent call last):\n"
+        '[rank5]:   File "/home/ana/train.py", line 188, in main\n'
+        "[rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    )
+    os.chown(out, 4242, 4242)
+    leader = job_info(LEADER, nodes=("cpu1",), num_nodes=1, batch_host="cpu1", std_out=str(out))
+    leader = replace(leader, het_job_id=LEADER, het_job_offset=0)
+
+    def root_node(nodes: tuple[str, ...] | None) -> str | None:
+        facts, _ = output_facts(leader, 4242, time.monotonic() + 30, Clock(), nodes=nodes)
+        (root,) = [f for f in facts if isinstance(f, RootException)]
+        return root.node
+
+    assert root_node(None) == "cpu1"  # a job of one node: its batch host wrote every line
+    assert root_node(("cpu1", "gpu3")) is None
