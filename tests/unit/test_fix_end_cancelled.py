@@ -89,6 +89,33 @@ def test_a_site_that_requeues_cancels_keeps_its_word() -> None:
     assert d.verdict is Verdict.REQUEUE
 
 
+def decision_config(tmp_path: Path) -> Config:
+    """EpilogSlurmctld's config on a fake cluster: a world-writable evidence directory, a
+    fresh journal, no wait for the nodes, no Slurm commands."""
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    os.chmod(evidence, 0o1777)
+    return Config(
+        paths=PathsConfig(evidence_dir=str(evidence), state_dir=str(tmp_path / "state")),
+        decision=DecisionConfig(journal=str(tmp_path / "journal.sqlite"), wait_for_nodes_s=0),
+        policy=PolicyConfig(),
+        slurm=SlurmConfig(bin_dir=str(tmp_path / "no-slurm-here")),
+    )
+
+
+def scancelled_end() -> JobEnd:
+    """The end of job JOB on node1 and node2 that scancel's SIGTERM brought about."""
+    return JobEnd(
+        job_id=JOB,
+        restart=0,
+        nodes=("node1", "node2"),
+        uid=USER,
+        exit_code=0,
+        exit_signal=15,
+        ended_at=time.time(),
+    )
+
+
 def cancelled_job(door: FakeDoor) -> None:
     """scancel by the user on 24.05+: slurmctld shows CANCELLED under COMPLETING."""
     door.jobs[JOB] = replace(door.jobs[JOB], state=JobState.RUNNING, start_time=time.time() - 60)
@@ -122,15 +149,7 @@ def test_a_cancel_after_watchdog_lines_with_sacct_timing_out_is_not_requeued(
 ) -> None:
     """16 NCCL watchdog lines, then scancel's banner, and sacct times out: the job was
     cancelled (recorded only), not an NCCL timeout requeued."""
-    evidence = tmp_path / "evidence"
-    evidence.mkdir()
-    os.chmod(evidence, 0o1777)
-    config = Config(
-        paths=PathsConfig(evidence_dir=str(evidence), state_dir=str(tmp_path / "state")),
-        decision=DecisionConfig(journal=str(tmp_path / "journal.sqlite"), wait_for_nodes_s=0),
-        policy=PolicyConfig(),
-        slurm=SlurmConfig(bin_dir=str(tmp_path / "no-slurm-here")),
-    )
+    config = decision_config(tmp_path)
     glog = time.strftime("E%m%d %H:%M:%S.123456", time.localtime(time.time() - 60))
     banner = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))
     lines = [
@@ -150,16 +169,7 @@ def test_a_cancel_after_watchdog_lines_with_sacct_timing_out_is_not_requeued(
     door = FakeDoor([job_info(JOB, std_out=str(output), batch_host="node1")], node_infos(6))
     cancelled_job(door)
     door.fail("accounted_job", SlurmTimeout("sacct: timed out"), times=None)
-    ending = JobEnd(
-        job_id=JOB,
-        restart=0,
-        nodes=("node1", "node2"),
-        uid=USER,
-        exit_code=0,
-        exit_signal=15,
-        ended_at=time.time(),
-    )
-    outcome = decide(config, ending, door, Journal(config.decision.journal), {})
+    outcome = decide(config, scancelled_end(), door, Journal(config.decision.journal), {})
     assert outcome.attribution is not None and outcome.decision is not None
     assert outcome.attribution.cause is Cause.CANCELLED
     assert outcome.decision.verdict is Verdict.RECORD_ONLY
@@ -181,15 +191,8 @@ def test_a_user_cancel_with_a_root_xid_drains_the_node_and_leaves_the_job_ended(
         store,
     )
 
-    evidence = tmp_path / "evidence"
-    evidence.mkdir()
-    os.chmod(evidence, 0o1777)
-    config = Config(
-        paths=PathsConfig(evidence_dir=str(evidence), state_dir=str(tmp_path / "state")),
-        decision=DecisionConfig(journal=str(tmp_path / "journal.sqlite"), wait_for_nodes_s=0),
-        policy=PolicyConfig(),
-        slurm=SlurmConfig(bin_dir=str(tmp_path / "no-slurm-here")),
-    )
+    config = decision_config(tmp_path)
+    evidence = Path(config.paths.evidence_dir)
     xid = KernelEvent(
         node="node2",
         time=time.time() - 200,
@@ -204,16 +207,7 @@ def test_a_user_cancel_with_a_root_xid_drains_the_node_and_leaves_the_job_ended(
     door = FakeDoor([job_info(JOB, nodes=("node1", "node2"), num_nodes=2)], node_infos(6))
     door.jobs[JOB] = replace(door.jobs[JOB], state=JobState.RUNNING, start_time=time.time() - 60)
     door.end_job(JOB, "CANCELLED", signal=15, state_text=f"CANCELLED by {USER}")
-    ending = JobEnd(
-        job_id=JOB,
-        restart=0,
-        nodes=("node1", "node2"),
-        uid=USER,
-        exit_code=0,
-        exit_signal=15,
-        ended_at=time.time(),
-    )
-    outcome = decide(config, ending, door, Journal(config.decision.journal), {})
+    outcome = decide(config, scancelled_end(), door, Journal(config.decision.journal), {})
     assert outcome.attribution is not None and outcome.decision is not None
     assert outcome.attribution.cause is Cause.GPU_UNAVAILABLE
     assert outcome.decision.verdict is Verdict.RECORD_ONLY

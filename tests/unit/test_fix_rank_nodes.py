@@ -13,6 +13,7 @@ from slurm_triage.attribution import attribute, scan_lines
 from slurm_triage.attribution.logscan import scan_log
 from slurm_triage.evidence import LogHit, RootException
 from slurm_triage.taxonomy import Cause
+from tests.torchrun import child_failed
 
 NODES = [f"node{i}" for i in range(1, 9)]
 ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
@@ -44,32 +45,6 @@ def _srun_four_tasks_per_node() -> list[str]:
     return [
         f"srun: error: {n}: tasks {4 * i}-{4 * i + 3}: Exited with exit code 1"
         for i, n in enumerate(NODES)
-    ]
-
-
-def _torchrun_summary(host: str, rank: int, local_rank: int) -> list[str]:
-    """What the torchrun on `host` prints when its worker `rank` failed (torch/distributed/
-    elastic/multiprocessing/errors/__init__.py's templates)."""
-    return [
-        "Traceback (most recent call last):",
-        '  File "/usr/local/bin/torchrun", line 8, in <module>',
-        "    sys.exit(main())",
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
-        "============================================================",
-        "train.py FAILED",
-        "------------------------------------------------------------",
-        "Failures:",
-        "  <NO_OTHER_FAILURES>",
-        "------------------------------------------------------------",
-        "Root Cause (first observed failure):",
-        "[0]:",
-        "  time      : 2024-11-21_10:00:05",
-        f"  host      : {host}",
-        f"  rank      : {rank} (local_rank: {local_rank})",
-        "  exitcode  : 1 (pid: 23415)",
-        "  error_file: <N/A>",
-        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
-        "============================================================",
     ]
 
 
@@ -108,7 +83,7 @@ def test_torchrun_names_the_node_of_the_rank_it_ran():
     lines = (
         _rank5_ecc()
         + _others()
-        + _torchrun_summary("node2.cluster.local", 5, 1)
+        + child_failed("node2.cluster.local", 5, 1)
         + _srun_one_task_per_node()
     )
     assert _root(lines).node == "node2"
@@ -121,8 +96,8 @@ def test_torchrun_entries_that_place_one_rank_on_two_nodes_place_it_on_neither()
     """An elastic restart can move a rank: two hosts for rank 5 name no node."""
     lines = (
         _rank5_ecc()
-        + _torchrun_summary("node2", 5, 1)
-        + _torchrun_summary("node3", 5, 1)
+        + child_failed("node2", 5, 1)
+        + child_failed("node3", 5, 1)
         + _srun_one_task_per_node()
     )
     assert _hit_nodes(lines, "cuda.ecc_uncorrectable") == {None}

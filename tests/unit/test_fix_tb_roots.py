@@ -13,6 +13,7 @@ from slurm_triage.attribution.tiers import Tier
 from slurm_triage.evidence import Fact, ProcessExit, RootException, SlurmState, Source
 from slurm_triage.job_state import JobState
 from slurm_triage.taxonomy import Cause
+from tests.torchrun import child_failed
 
 END = datetime(2026, 11, 24, 11, 40, 30, tzinfo=UTC).timestamp()
 MIB = 1 << 20
@@ -35,28 +36,9 @@ NCCL = (
 
 
 def _summary(host: str, rank: int, exitcode: int, traceback: str) -> list[str]:
-    """torchrun's ChildFailedError as torch/distributed/elastic/multiprocessing/errors prints it."""
-    return [
-        "Traceback (most recent call last):",
-        '  File "/opt/conda/bin/torchrun", line 33, in <module>',
-        "    raise ChildFailedError(",
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
-        "============================================================",
-        "train.py FAILED",
-        "------------------------------------------------------------",
-        "Failures:",
-        "  <NO_OTHER_FAILURES>",
-        "------------------------------------------------------------",
-        "Root Cause (first observed failure):",
-        "[0]:",
-        "  time      : 2026-11-24_11:40:00",
-        f"  host      : {host}",
-        f"  rank      : {rank} (local_rank: {rank % 4})",
-        f"  exitcode  : {exitcode} (pid: 3456)",
-        "  error_file: <N/A>",
-        f"  traceback : {traceback}",
-        "============================================================",
-    ]
+    return child_failed(
+        host, rank, rank % 4, exitcode=exitcode, traceback=traceback, time="2026-11-24_11:40:00"
+    )
 
 
 def _tb(prefix: str, *body: str) -> list[str]:

@@ -11,6 +11,7 @@ import pytest
 from slurm_triage.attribution import LogReadError, decode_tail, read_tail, scan_file, scan_lines
 from slurm_triage.attribution.tracebacks import find_root
 from slurm_triage.evidence import LogHit, RootException
+from tests.torchrun import child_failed
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total"
 
@@ -165,23 +166,8 @@ def test_earliest_real_error_wins_and_rank_prefixes_are_separated():
     assert {"torch.cuda_oom", "nccl.remote_error"} <= set(_hits(lines))
 
 
-SUMMARY_HEAD = [
-    "Traceback (most recent call last):",
-    '  File "/usr/local/bin/torchrun", line 8, in <module>',
-    "    raise ChildFailedError(",
-    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
-    "============================================================",
-    "train.py FAILED",
-    "------------------------------------------------------------",
-    "Failures:",
-    "  <NO_OTHER_FAILURES>",
-    "------------------------------------------------------------",
-    "Root Cause (first observed failure):",
-    "[0]:",
-    "  time      : 2024-11-21_10:00:05",
-    "  host      : node07.cluster",
-    "  rank      : 3 (local_rank: 3)",
-]
+# torchrun's summary up to the failed rank's line, the rest left to each test
+SUMMARY_HEAD = child_failed("node07.cluster", 3, 3)[:15]
 
 
 def test_childfailederror_signal_root_cause():
