@@ -104,9 +104,9 @@ def open_tees(
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NOCTTY
     try:
         os.makedirs(job_dir, mode=DIR_MODE, exist_ok=True)
-        refusal = _not_our_directory(job_dir)
+        refusal = not_ours(job_dir)
         if refusal:
-            say(f"slurm-triage: cannot tee output to {job_dir}: {refusal}; not teeing")
+            say(f"slurm-triage: cannot tee output to {job_dir}: it {refusal}; not teeing")
             return None, None
         out = os.open(f"{base}.out", flags, FILE_MODE)
     except OSError as exc:
@@ -120,13 +120,14 @@ def open_tees(
         return None, None
 
 
-def _not_our_directory(path: str) -> str:
-    """Why `path` is no directory of ours to write in ("" when it is). In a shared sticky
-    tee_dir another user can make the next job's directory first, to read its output or to
-    plant links in it; as record.py's job directory, it must be ours or root's."""
+def not_ours(path: str) -> str:
+    """Why `path` is no directory of ours to write in, as a predicate ("is not a
+    directory"), "" when it is one. In a shared sticky directory (a tee_dir, the evidence
+    directory) another user can make the next job's directory first, to read what we write
+    or to plant links in it: it must be ours or root's."""
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
-        return "not a directory"
+        return "is not a directory"
     if info.st_uid not in (os.geteuid(), 0):
-        return f"it belongs to uid {info.st_uid}, not to us"
+        return f"belongs to uid {info.st_uid}, not to us"
     return ""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import stat
 from collections.abc import Sequence
 
 from slurm_triage.atomic import write_atomically
@@ -29,6 +28,7 @@ from slurm_triage.evidence import (
 )
 from slurm_triage.frozen import Frozen, replace
 from slurm_triage.wrapper.errorfile import ErrorReport
+from slurm_triage.wrapper.files import not_ours
 from slurm_triage.wrapper.identity import StepIdentity
 from slurm_triage.wrapper.supervise import ChildExit
 
@@ -161,10 +161,7 @@ def _job_dir(evidence_dir: str, job_id: str) -> str:
         pass
     except OSError as exc:
         raise RecordError(f"cannot create {path}: {exc.strerror}") from None
-    info = os.lstat(path)
-    # In a shared sticky directory another user could plant a symlink or a directory here.
-    if not stat.S_ISDIR(info.st_mode):
-        raise RecordError(f"{path} is not a directory")
-    if info.st_uid not in (os.geteuid(), 0):
-        raise RecordError(f"{path} belongs to uid {info.st_uid}, not to us")
+    refusal = not_ours(path)
+    if refusal:
+        raise RecordError(f"{path} {refusal}")
     return path
