@@ -194,16 +194,15 @@ class CliDoor(SlurmDoor):
             # A het job is started, and requeued, whole: any component may land on the node
             # next time. Each keeps its own exclusions (a leader's ExcNodeList= would replace
             # every component's with the leader's).
-            parts = self.het_parts(leader)
-            merged = [self._exclude(p, wanted, merge) for p in parts]
-            return next(m for p, m in zip(parts, merged, strict=True) if p.job_id == job_id)
+            merged = {p.job_id: self._exclude(p, wanted, merge) for p in self.het_parts(leader)}
+            return merged[job_id]
         return self._exclude(self.job(job_id) if merge else self._known(job_id), wanted, merge)
 
     def _exclude(self, job: JobInfo, wanted: list[str], merge: bool) -> tuple[str, ...]:
         if merge:
             wanted = list(dict.fromkeys([*job.excluded_nodes, *wanted]))
         value = hostlist.compress(wanted) if wanted else ""
-        self._runner.run(["scontrol", "update", f"JobId={job.record_spec}", f"ExcNodeList={value}"])
+        self._update_job(job.record_spec, f"ExcNodeList={value}")
         log.info("job_excluded_nodes_set", job_id=job.job_id, excluded=value)
         return tuple(wanted)
 
@@ -224,16 +223,15 @@ class CliDoor(SlurmDoor):
     def set_begin_time(self, job_id: int, delay_s: float) -> None:
         seconds = max(0, int(round(delay_s)))
         # A het job starts whole: its leader's number updates every component.
-        spec = self._known(job_id).whole_job_spec
-        self._runner.run(["scontrol", "update", f"JobId={spec}", f"StartTime=now+{seconds}"])
+        self._update_job(self._known(job_id).whole_job_spec, f"StartTime=now+{seconds}")
 
     def set_admin_comment(self, job_id: int, text: str) -> None:
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")
-        self._update_job(job_id, f"AdminComment={text}")
+        self._update_job(self._known(job_id).record_spec, f"AdminComment={text}")
 
-    def _update_job(self, job_id: int, change: str) -> None:
-        spec = self._known(job_id).record_spec
+    def _update_job(self, spec: str, change: str) -> None:
+        """`scontrol update JobId=SPEC ...`: `spec` is how Slurm must name the record(s)."""
         self._runner.run(["scontrol", "update", f"JobId={spec}", change])
 
     def set_accounted_admin_comment(self, job_id: int, text: str) -> None:
