@@ -87,7 +87,6 @@ ENV_RULES: dict[str, Callable[[str], bool]] = {
     "SLURM_JOB_RESTART_COUNT": _digits(5),
     "SLURM_JOB_START_TIME": _digits(12),
     "SLURM_HET_JOB_ID": _digits(10),
-    "SLURM_HET_JOB_OFFSET": _digits(5),
     "SLURM_HET_JOB_NODELIST": _hostlist,
 }
 

@@ -175,8 +175,7 @@ def decide(
     """Decide one job end; `job` is the controller's view if the caller has just read it.
     A het job is decided once, at its leader's end, over every component's nodes: a
     component's own end is not decided (het_component)."""
-    if end.het_component:
-        get_logger(job_id=end.job_id).info("decision_left_to_het_leader", leader=end.het_job_id)
+    if _left_to_het_leader(end):
         return Outcome(end.job_id, decided=False)
     started = clock.monotonic()
     run = read_ended_run(config, end, door, job or door.job(end.job_id), clock, started)
@@ -328,8 +327,7 @@ def decide_from_env(
     log = get_logger(job_id=slurm_env(env, "job_id") or None)
     try:
         end = JobEnd.from_env(env, clock.time())
-        if end.het_component:  # decided with its leader (decide)
-            get_logger(job_id=end.job_id).info("decision_left_to_het_leader", leader=end.het_job_id)
+        if _left_to_het_leader(end):  # before any read of the job: none is needed
             return None
         door = door or open_door(config.slurm)
         job = door.job(end.job_id)  # read once: the decision starts from it
@@ -345,6 +343,13 @@ def decide_from_env(
     except (KeyError, ValueError, hostlist.HostlistError) as exc:
         log.error("decision_bad_environment", error=f"{type(exc).__name__}: {exc}")
     return None
+
+
+def _left_to_het_leader(end: JobEnd) -> bool:
+    """Whether this end is a het job component's, decided with its leader's (and said so)."""
+    if end.het_component:
+        get_logger(job_id=end.job_id).info("decision_left_to_het_leader", leader=end.het_job_id)
+    return end.het_component
 
 
 def _decide_with_journal(

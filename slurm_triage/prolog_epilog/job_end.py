@@ -28,10 +28,10 @@ SLURM_ENV = {
     "start_time": "SLURM_JOB_START_TIME",
     "context": "SLURM_SCRIPT_CONTEXT",
     # A het job's: every program of every component has its leader's id (job_mgr.c
-    # job_common_env_vars, prep_script_slurmd.c _build_env); EpilogSlurmctld also has the
-    # component's offset, and the leader's (offset 0) every component's nodes.
+    # job_common_env_vars, prep_script_slurmd.c _build_env), and the leader's
+    # EpilogSlurmctld every component's nodes. (Its SLURM_HET_JOB_OFFSET is not needed: the
+    # leader is the component whose id is the het job's.)
     "het_job_id": "SLURM_HET_JOB_ID",
-    "het_job_offset": "SLURM_HET_JOB_OFFSET",
     "het_job_nodelist": "SLURM_HET_JOB_NODELIST",
 }
 

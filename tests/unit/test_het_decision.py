@@ -54,7 +54,8 @@ def test_the_leaders_end_covers_every_components_nodes() -> None:
 def test_the_decider_passes_the_het_variables_on() -> None:
     """EpilogSlurmctld's request to the decider keeps what the decision needs of a het job."""
     env = controller_env(LEADER, 0, "node1", SLURM_HET_JOB_NODELIST="node[1,3]")
-    assert protocol.parse_request(protocol.encode_request(env).rstrip(b"\n")) == env
+    read = {name: value for name, value in env.items() if name != "SLURM_HET_JOB_OFFSET"}
+    assert protocol.parse_request(protocol.encode_request(env).rstrip(b"\n")) == read
 
 
 def _config(tmp_path: Path) -> Config:
