@@ -150,10 +150,11 @@ def this_runs_lines(lines: list[str], since: float, year: int, tz: tzinfo | None
 def _line_stamp(line: str, year: int, tz: tzinfo | None) -> float | None:
     """The time a log line is stamped with at its start, else None."""
     text = tracebacks.split_prefix(line[:200])[1][: _STAMP_STARTS_BY + 40]
-    found = _ISO.search(text) or _GLOG.search(text)
-    if found is None or found.start() > _STAMP_STARTS_BY:
-        return None
-    return _parse_time(text[found.start() :], year, tz)
+    if (found := _ISO.search(text)) is not None:
+        return _iso_time(found, tz) if found.start() <= _STAMP_STARTS_BY else None
+    if (found := _GLOG.search(text)) is not None and found.start() <= _STAMP_STARTS_BY:
+        return _glog_time(found, year, tz)
+    return None
 
 
 def scan_lines(
@@ -350,10 +351,8 @@ def _srun_tasks_are_ranks(lines: list[str], ranks: set[str]) -> bool:
     top_rank, top_task, world, shared = max(int(r) for r in ranks), -1, 0, False
     first_task: dict[str, int] = {}
     for line in lines:
-        if line.startswith("[rank"):
-            end = line.find("]:", 5, 15)
-            if end > 5 and line[5:end].isdecimal():
-                top_rank = max(top_rank, int(line[5:end]))
+        if line.startswith("[rank") and (rank := _STREAM.match(line)):
+            top_rank = max(top_rank, int(rank.group(2)))
         elif line.startswith("srun: error: ") and (task := _SRUN_TASKS.match(line)):
             host = task.group(1).lower()
             for low, high in _task_ranges(task.group(2)):
@@ -513,19 +512,30 @@ def _time_near(lines: list[str], index: int, year: int, tz: tzinfo | None) -> fl
 
 def _parse_time(text: str, year: int, tz: tzinfo | None) -> float | None:
     """Epoch seconds of the first ISO-like or glog timestamp in `text`, else None."""
+    if found := _ISO.search(text):
+        return _iso_time(found, tz)
+    if found := _GLOG.search(text):
+        return _glog_time(found, year, tz)
+    return None
+
+
+def _iso_time(found: re.Match[str], tz: tzinfo | None) -> float | None:
     try:
-        if found := _ISO.search(text):
-            y, mo, d, h, mi, s = (int(g) for g in found.groups()[:6])
-            frac = float(f"0.{found.group(7)}") if found.group(7) else 0.0
-            zone = _zone(found.group(8)) or tz
-            return _epoch(datetime(y, mo, d, h, mi, s), zone) + frac
-        if found := _GLOG.search(text):
-            mo, d, h, mi, s = (int(g) for g in found.groups()[:5])
-            frac = float(f"0.{found.group(6)}") if found.group(6) else 0.0
-            return _epoch(datetime(year, mo, d, h, mi, s), tz) + frac
+        y, mo, d, h, mi, s = (int(g) for g in found.groups()[:6])
+        frac = float(f"0.{found.group(7)}") if found.group(7) else 0.0
+        zone = _zone(found.group(8)) or tz
+        return _epoch(datetime(y, mo, d, h, mi, s), zone) + frac
     except ValueError:  # 2024-13-45: looks like a time, is not one
         return None
-    return None
+
+
+def _glog_time(found: re.Match[str], year: int, tz: tzinfo | None) -> float | None:
+    try:
+        mo, d, h, mi, s = (int(g) for g in found.groups()[:5])
+        frac = float(f"0.{found.group(6)}") if found.group(6) else 0.0
+        return _epoch(datetime(year, mo, d, h, mi, s), tz) + frac
+    except ValueError:
+        return None
 
 
 def _zone(text: str | None) -> tzinfo | None:
