@@ -38,8 +38,9 @@ _CHAIN_MARKERS = (
 # `srun --label` puts its task id before torch's own `[rank9]:`: both go, and the task id
 # (the one srun's `task 1: Exited` lines name) keys the stream.
 _PREFIX = re.compile(r"^(?:\[(?:rank|default)(\d+)\]: ?|(\d+): (?:\[(?:rank|default)\d+\]: ?)?)")
-# Lines Slurm's own programs write into the same file: never part of a program's traceback.
+# torch's own global rank on a line, after srun's label if any.
 _TORCH_RANK = re.compile(r"^(?:\d+: )?\[rank(\d+)\]:")
+# Lines Slurm's own programs write into the same file: never part of a program's traceback.
 _SLURM_LINE = re.compile(r"^(?:srun|sbatch|salloc|slurmstepd(?:-[\w.-]+)?|slurm-triage): ")
 _FRAME = re.compile(r'^\s+File "[^"]*", line \d+')
 # Without its header, an unindented line after frames is taken as the exception only when it
@@ -168,7 +169,7 @@ def _rank_ends(lines: list[str], chains: list[list[ExcLine]]) -> list[list[ExcLi
     """The last traceback of each rank's or task's stream (a prefixed one), in file order."""
     last: dict[str, list[ExcLine]] = {}
     for chain in chains:
-        if stream := split_prefix(lines[chain[-1].index])[0]:
+        if stream := _stream_of(lines, chain):
             last[stream] = chain
     return sorted(last.values(), key=lambda chain: chain[-1].index)
 
@@ -206,6 +207,11 @@ def _with_summary(scan: _Scan, root: Root, chains: list[list[ExcLine]]) -> Root:
             exit_code = _int_prefix(fields.get("exitcode"))
             return replace(root, host=host, exit_code=exit_code, time_text=fields.get("time"))
     return root
+
+
+def _stream_of(lines: list[str], chain: list[ExcLine]) -> str:
+    """The stream (`split_prefix`'s key) a traceback was written to."""
+    return split_prefix(lines[chain[-1].index])[0]
 
 
 def _short(exc_type: str) -> str:
@@ -372,7 +378,7 @@ def _summary_fields(lines: list[str], start: int, stop: int) -> tuple[dict[str, 
 def _earlier_chain(scan: _Scan, chains: list[list[ExcLine]], rank: int | None) -> list[ExcLine]:
     """The failed rank's own traceback if its lines carry a prefix, else the last real one."""
     if rank is not None:
-        own = [c for c in chains if split_prefix(scan.lines[c[-1].index])[0] == str(rank)]
+        own = [c for c in chains if _stream_of(scan.lines, c) == str(rank)]
         if own:
             return own[-1]
     for chain in reversed(chains):
