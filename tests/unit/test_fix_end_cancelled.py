@@ -13,41 +13,29 @@ import pytest
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config, DecisionConfig, PathsConfig, PolicyConfig, SlurmConfig
 from slurm_triage.journal import Journal
-from slurm_triage.policies import JobView, PolicyInput, Verdict, default_chain
+from slurm_triage.policies import PolicyInput, Verdict, default_chain
 from slurm_triage.prolog_epilog.decide import decide
 from slurm_triage.prolog_epilog.ended_run import EndState, final_state
 from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm import JobState, SlurmTimeout
 from slurm_triage.taxonomy import Cause, info
 from slurm_triage.testing import FakeDoor, job_info, node_infos
+from tests.unit.test_policies import job as policy_job
 
 JOB = 7
 USER = 4242
-NODES = tuple(f"node{i}" for i in range(1, 9))
 
 
 def given(
     end_state: JobState, by_uid: int | None = None, cause: Cause = Cause.GPU_UNAVAILABLE
 ) -> PolicyInput:
     """node2's root-backed XID 79 outranks how Slurm ended the run."""
-    job = JobView(
-        job_id=JOB,
-        user="alice",
-        partition="gpu",
-        num_nodes=2,
-        requeue=True,
-        batch=True,
-        restart_count=0,
-        excluded_nodes=(),
-        comment="",
-        usable_partition_nodes=NODES,
-    )
     return PolicyInput(
         cause=cause,
         domain=info(cause).domain,
         blamed=("node2",),
         root_backed=True,
-        job=job,
+        job=policy_job(job_id=JOB),
         history=(),
         now=1000.0,
         end_state=end_state,
