@@ -3,7 +3,8 @@
 The taxonomy's five rules, in the order they apply:
 5. The window: facts timed outside [end - 10 min, end + 5 min] are dropped first (facts with
    no time are kept: a dmesg stamp since boot cannot be placed, and dropping it would lose
-   the XID that killed the job).
+   the XID that killed the job). When a watchdog timed a collective out, root's facts count
+   from 10 minutes before that collective began (hang.py).
 4. Success is success: state COMPLETED with every exit 0 (or, with no state, every exit 0)
    is `completed`, whatever the log says (benign OOM retries, a printed "Xid").
 1. Hardware beats its symptoms: each node's best finding is taken by tier (findings.py), so
@@ -22,6 +23,7 @@ from slurm_triage.attribution.findings import (
     Finding,
     findings_for,
 )
+from slurm_triage.attribution.hang import MAX_HANG_S, hang_began
 from slurm_triage.attribution.signatures import TASK_FAILURE_LINES
 from slurm_triage.attribution.tiers import Tier
 from slurm_triage.evidence import (
@@ -30,6 +32,7 @@ from slurm_triage.evidence import (
     ProcessExit,
     RootException,
     SlurmState,
+    Source,
     fact_to_dict,
 )
 from slurm_triage.frozen import Frozen, replace
@@ -43,6 +46,10 @@ if TYPE_CHECKING:
 
 WINDOW_BEFORE_S = 600.0
 WINDOW_AFTER_S = 300.0
+# How long before a job's end root's evidence may count at most: rule 5's 10 minutes before
+# the watchdog line that reaches back furthest (root_window), that line's MAX_HANG_S, and
+# 10 minutes before the hang began.
+ROOT_REACH_S = WINDOW_BEFORE_S + MAX_HANG_S + WINDOW_BEFORE_S
 # Two nodes' copies of the same error within this many seconds are one event, both blamed.
 SAME_EVENT_S = 5.0
 MAX_EVIDENCE = 20
@@ -67,6 +74,16 @@ class Window(Frozen):
 def job_window(end_time: float) -> Window:
     """Rule 5's window for a job that ended at `end_time`: 10 minutes before to 5 after."""
     return Window(end_time - WINDOW_BEFORE_S, end_time + WINDOW_AFTER_S)
+
+
+def root_window(window: Window, facts: Iterable[Fact]) -> Window:
+    """The span in which root's facts count for the job of `window` (a job_window), given
+    the facts that count in `window`: from 10 minutes before the earliest collective a
+    watchdog timed out began, when that is earlier (hang.py); else `window` itself."""
+    began = hang_began(facts, window.end - WINDOW_AFTER_S)
+    if began is None or began - WINDOW_BEFORE_S >= window.start:
+        return window
+    return Window(began - WINDOW_BEFORE_S, window.end)
 
 
 class Attribution(Frozen):
@@ -104,9 +121,8 @@ class Attribution(Frozen):
 
 def attribute(facts: Iterable[Fact], *, window: Window | None = None) -> Attribution:
     """Attribute one cause to the job these facts describe (see the module doc for rules)."""
-    kept = _named_nodes(
-        [f for f in facts if window is None or f.time is None or window.contains(f.time)]
-    )
+    kept = list(facts) if window is None else _in_window(list(facts), window)
+    kept = _named_nodes(kept)
     completed = _completed(kept)
     if completed is not None:
         return completed
@@ -124,6 +140,17 @@ def attribute(facts: Iterable[Fact], *, window: Window | None = None) -> Attribu
     if winner.cause is Cause.UNKNOWN:
         return _unknown(kept, [f for f in found if f.cause is Cause.UNKNOWN])
     return _verdict(winner, per_node, found)
+
+
+def _in_window(facts: list[Fact], window: Window) -> list[Fact]:
+    """Rule 5: the facts that count, in their order; root's from `root_window`."""
+    inside = [f.time is None or window.contains(f.time) for f in facts]
+    roots = root_window(window, [f for f, keep in zip(facts, inside, strict=True) if keep])
+    return [
+        f
+        for f, keep in zip(facts, inside, strict=True)
+        if keep or (f.source is Source.ROOT and f.time is not None and roots.contains(f.time))
+    ]
 
 
 # Errors no hardware fault explains (a KeyError, a full disk); CUDA-level errors (illegal

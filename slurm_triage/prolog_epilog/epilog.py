@@ -3,10 +3,14 @@
 Gathers, bounded by `decision.epilog_deadline_s`: kernel-log events from 10 minutes before
 the job's end to now (XIDs, fallen off the bus, AER, MCE/EDAC, OOM kills), NVML state, and,
 when the job failed, a targeted post-job check of the suspect subsystems; writes them as
-this node's root record. It never exits non-zero for our own trouble: Slurm drains a node
-whose Epilog fails, and our bugs must not drain nodes. It exits non-zero on purpose when a
-failed job's root evidence on this node alone would drain it (`node_fault`): Slurm drains the
-node at once, and restarts an expedited-requeue job elsewhere (Slurm 25.11).
+this node's root record. The kernel events of the run before those 10 minutes, as far back
+as a hung collective lets them count (attribution/hang.py), go to a second record that the
+decision reads only when a watchdog says the job hung that long before its end.
+
+It never exits non-zero for our own trouble: Slurm drains a node whose Epilog fails, and our
+bugs must not drain nodes. It exits non-zero on purpose when a failed job's root evidence on
+this node alone would drain it (`node_fault`): Slurm drains the node at once, and restarts an
+expedited-requeue job elsewhere (Slurm 25.11).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from typing import TYPE_CHECKING
 
 from slurm_triage.attribution import job_window
+from slurm_triage.attribution.engine import ROOT_REACH_S
 from slurm_triage.clock import SYSTEM_CLOCK, Clock
 from slurm_triage.config import Config, node_path
 from slurm_triage.evidence import (
@@ -28,7 +33,7 @@ from slurm_triage.evidence import (
     Source,
     record_to_json,
 )
-from slurm_triage.evidence.store import write_root_record
+from slurm_triage.evidence.store import EARLIER_STEP, EARLIER_SUFFIX, write_root_record
 from slurm_triage.health_checks import app_xids, registry
 from slurm_triage.health_checks.kernel_log import read_kernel_events
 from slurm_triage.health_checks.result import CheckStatus
@@ -93,19 +98,30 @@ def nvml_facts(config: Config, node: str, now: float) -> list[Fact]:
     return facts
 
 
-def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRecord:
-    """Root-side facts for this node and this job's window."""
+def kernel_events(config: Config, end: JobEnd) -> list[KernelEvent]:
+    """This node's kernel events; none when its kernel log cannot be read."""
+    try:
+        return read_kernel_events(node_path(config.health.kernel_log, end.node), end.node)
+    except Exception as exc:  # a missing or unreadable kernel log is not fatal here
+        log = get_logger(job_id=end.job_id, node=end.node)
+        log.warning("epilog_kernel_log_unreadable", error=str(exc)[:200])
+        return []
+
+
+def collect(
+    config: Config,
+    end: JobEnd,
+    now: float | None = None,
+    events: list[KernelEvent] | None = None,
+) -> EvidenceRecord:
+    """Root-side facts for this node and this job's window; `events` are the node's kernel
+    events (read here when None)."""
     now = time.time() if now is None else now
     window = job_window(now)
-    facts: list[Fact] = []
+    events = kernel_events(config, end) if events is None else events
+    # An undated line could be from any day: it is no evidence for this job's window.
+    facts: list[Fact] = [e for e in events if e.time is not None and window.contains(e.time)]
     log = get_logger(job_id=end.job_id, node=end.node)
-    events: list[KernelEvent] = []
-    try:
-        events = read_kernel_events(node_path(config.health.kernel_log, end.node), end.node)
-        # An undated line could be from any day: it is no evidence for this job's window.
-        facts += [e for e in events if e.time is not None and window.contains(e.time)]
-    except Exception as exc:  # a missing or unreadable kernel log is not fatal here
-        log.warning("epilog_kernel_log_unreadable", error=str(exc)[:200])
     try:
         claim_app_xids(config, end, events, now)
     except Exception as exc:  # unclaimed bursts then count as the running job's, never drain
@@ -132,6 +148,32 @@ def collect(config: Config, end: JobEnd, now: float | None = None) -> EvidenceRe
         step="epilog",
         collected_by=Source.ROOT,
         facts=tuple(facts),
+    )
+
+
+# The newest kernel events of the run before its window that the earlier record keeps: what
+# lies nearest the window is what a hang that began there reaches first.
+MAX_EARLIER_FACTS = 200
+
+
+def earlier_record(end: JobEnd, events: list[KernelEvent], now: float) -> EvidenceRecord | None:
+    """The kernel events of this run before its window (collect), back to the run's start
+    and at most ROOT_REACH_S before its end: the decision lets them count only when a
+    watchdog timed out a collective that began that early (attribution.engine.root_window).
+    None when there are none."""
+    window = job_window(now)
+    since = now - ROOT_REACH_S
+    if end.start_time is not None:
+        since = max(since, end.start_time)
+    facts = [e for e in events if e.time is not None and since <= e.time < window.start]
+    if not facts:
+        return None
+    return EvidenceRecord(
+        job_id=str(end.evidence_job_id),
+        node=end.node,
+        step=EARLIER_STEP,
+        collected_by=Source.ROOT,
+        facts=tuple(facts[-MAX_EARLIER_FACTS:]),
     )
 
 
@@ -212,16 +254,24 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
     if not end.node:
         raise KeyError(SLURM_ENV["node"])
     log = get_logger(job_id=end.job_id, node=end.node)
-    record = collect(config, end, now)
-    try:
-        # A het job component's under its leader's id: the het job's one decision (the
-        # leader's) reads every component's nodes there (decide.decide).
-        path = write_root_record(
-            config.paths.evidence_dir, end.evidence_job_id, end.node, record_to_json(record)
-        )
-        log.info("epilog_evidence_written", path=path, facts=len(record.facts))
-    except Exception as exc:
-        log.error("epilog_evidence_unwritten", error=f"{type(exc).__name__}: {exc}")
+    events = kernel_events(config, end)
+    record = collect(config, end, now, events)
+    earlier = earlier_record(end, events, now)
+    written = [(record, ".json")] + ([(earlier, EARLIER_SUFFIX)] if earlier else [])
+    for each, suffix in written:
+        try:
+            # A het job component's under its leader's id: the het job's one decision (the
+            # leader's) reads every component's nodes there (decide.decide).
+            path = write_root_record(
+                config.paths.evidence_dir,
+                end.evidence_job_id,
+                end.node,
+                record_to_json(each),
+                suffix=suffix,
+            )
+            log.info("epilog_evidence_written", path=path, facts=len(each.facts))
+        except Exception as exc:
+            log.error("epilog_evidence_unwritten", error=f"{type(exc).__name__}: {exc}")
     if config.decision.run_in == "first_node_epilog" and end.nodes[:1] == (end.node,):
         from slurm_triage.prolog_epilog.decide import decide_from_env
 

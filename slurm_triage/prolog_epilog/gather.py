@@ -10,7 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from slurm_triage.attribution import Attribution, decode_tail, job_window, logscan
+from slurm_triage.attribution import Attribution, Window, decode_tail, job_window, logscan
+from slurm_triage.attribution.engine import root_window
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
 from slurm_triage.evidence import (
@@ -153,15 +154,31 @@ def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock
     # Root's records hold what each node's Epilog found within the job's window by that
     # node's own clock (epilog.collect): a node whose clock runs minutes ahead of the
     # controller's still has its XID counted, as its Epilog counted it. Everything else is
-    # held to the window by the controller's clock (rule 5).
+    # held to the window by the controller's clock (rule 5), and the Epilogs' records of
+    # the run before the window (epilog.earlier_record) to the span a watchdog's hung
+    # collective reaches back to (root_window), within this run.
     window = job_window(end.ended_at)
     others: list[Fact] = [f for record in kept_users for f in record.facts] + found
-    facts += [f for record in roots.records for f in record.facts]
-    facts += [f for f in others if f.time is None or window.contains(f.time)]
+    others = [f for f in others if f.time is None or window.contains(f.time)]
+    reach = root_window(window, others)
+    for record in roots.records:
+        if record.step != store.EARLIER_STEP:
+            facts += record.facts
+        elif reach != window:
+            facts += [f for f in record.facts if _reached(f, reach, end.records_since)]
+    facts += others
     facts, foreign = on_job_nodes(facts, end.nodes)
     if foreign:
         notes.append(f"facts naming nodes outside the job dropped: {', '.join(foreign[:5])}")
     return Gathered(facts, tuple(notes))
+
+
+def _reached(fact: Fact, reach: Window, run_start: float | None) -> bool:
+    return (
+        fact.time is not None
+        and reach.contains(fact.time)
+        and (run_start is None or fact.time >= run_start)
+    )
 
 
 def on_job_nodes(facts: list[Fact], nodes: tuple[str, ...]) -> tuple[list[Fact], list[str]]:

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from slurm_triage.attribution import attribute
+from slurm_triage.attribution.hang import WATCHDOG_SIGNATURE
+from slurm_triage.evidence import LogHit
+from slurm_triage.frozen import replace
 from slurm_triage.taxonomy import Cause
 from tests.conftest import load_by_path
 
@@ -74,3 +77,20 @@ def test_window_keeps_cases_read_the_same_with_the_window(case):
     with_window = attribute(case.facts(), window=case.window())
     without = attribute(case.facts())
     assert with_window.cause.value == case.cause == without.cause.value
+
+
+@pytest.mark.parametrize("case", _tagged("window:hang"), ids=lambda c: c.name)
+def test_window_hang_cases_need_the_watchdogs_reach(case):
+    """Cases whose root evidence lies before the window but within 10 minutes of the start
+    of the collective a watchdog timed out: misread when the watchdog's line does not say how
+    long the collective ran."""
+    facts = case.facts()
+    silent = [
+        replace(f, excerpt=f.excerpt.partition(" ran for ")[0])
+        if isinstance(f, LogHit) and f.signature == WATCHDOG_SIGNATURE
+        else f
+        for f in facts
+    ]
+    assert len(silent) == len(facts) and silent != facts
+    assert attribute(facts, window=case.window()).cause.value == case.cause
+    assert attribute(silent, window=case.window()).cause.value != case.cause

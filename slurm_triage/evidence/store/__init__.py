@@ -20,6 +20,8 @@ Modules: `safe_io` (the fd-level checks all share), `user_records`, `root_record
 from slurm_triage.evidence.store.job_dir import JOB_DIR_MODE, prepare_job_dir
 from slurm_triage.evidence.store.output_tail import OUTPUT_READ_TIMEOUT_S, read_user_tail
 from slurm_triage.evidence.store.root_records import (
+    EARLIER_STEP,
+    EARLIER_SUFFIX,
     ROOT_AREA,
     ROOT_SUFFIXES,
     read_root_records,
@@ -34,6 +36,8 @@ from slurm_triage.evidence.store.user_records import (
 )
 
 __all__ = [
+    "EARLIER_STEP",
+    "EARLIER_SUFFIX",
     "JOB_DIR_MODE",
     "MAX_RECORDS_PER_JOB",
     "OUTPUT_READ_TIMEOUT_S",

@@ -2,6 +2,8 @@
 user can touch them, read back only from there.
 
     <evidence_dir>/_root/<job>/<node>.json           the Epilog's record
+    <evidence_dir>/_root/<job>/<node>.earlier.json   the Epilog's kernel events of the run
+                                                     before the job's window, when any
     <evidence_dir>/_root/<job>/<node>.prolog.json    the Prolog's, when it turned the job away
     <evidence_dir>/_root/rma/<node>-<time>.json      an RMA evidence bundle (nodes reconcile)
 
@@ -35,8 +37,12 @@ from slurm_triage.evidence.store.safe_io import (
 )
 
 ROOT_AREA = "_root"
-# The epilog's record, and the prolog's when it turned the job away.
-ROOT_SUFFIXES = (".json", ".prolog.json")
+# The Epilog's record of the run before the job's window, and its step: the decision lets its
+# facts count only when a watchdog says the job hung that long (attribution.engine.root_window).
+EARLIER_SUFFIX = ".earlier.json"
+EARLIER_STEP = "epilog-earlier"
+# The epilog's records, and the prolog's when it turned the job away.
+ROOT_SUFFIXES = (".json", EARLIER_SUFFIX, ".prolog.json")
 
 
 def read_root_records(
