@@ -38,6 +38,7 @@ from slurm_triage.slurm.errors import (
     JobNotFound,
     NodeNotFound,
     NotRequeueable,
+    NotYetAccounted,
     ReservationNotFound,
     SlurmCommandError,
 )
@@ -522,7 +523,7 @@ class FakeDoor(SlurmDoor):
         if "\n" in text:
             raise SlurmCommandError("AdminComment must be one line")
         if job_id not in self.accounting:
-            raise SlurmCommandError(f"sacctmgr modify job {job_id}: Nothing modified")
+            raise NotYetAccounted(f"sacctmgr modify job {job_id}: Nothing modified")
         spec = self.accounting[job_id].record_spec
         mangled = text.lower().replace('"', "`").replace("'", "`")
         for record in list(self.accounting.values()):

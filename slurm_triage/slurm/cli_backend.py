@@ -240,7 +240,9 @@ class CliDoor(SlurmDoor):
         # JobID=N selects every task of array N and every component of het job N as well
         # (as_mysql_jobacct_process.c); `A_T` and `L+O` select the one record.
         spec = self._known(job_id).record_spec
-        # sacctmgr answers "Nothing modified" with rc 1 for an unknown job (a runner error).
+        # sacctmgr answers "Nothing modified" with rc 1 when accounting has no such record
+        # (yet): NotYetAccounted, retried within the operation's deadline like a controller
+        # that does not answer.
         self._runner.run(
             [
                 "sacctmgr",

@@ -21,6 +21,13 @@ class SlurmUnavailable(SlurmError):
     """slurmctld (or the Slurm commands) could not be reached; worth retrying later."""
 
 
+class NotYetAccounted(SlurmUnavailable):
+    """Accounting holds no record for the change (sacctmgr's "Nothing modified", pyslurm's
+    "Nothing was modified"): slurmctld sends a job's records to slurmdbd after the fact, so a
+    run that ended or was requeued a moment ago may not be there yet. Retried as the
+    controller's trouble is."""
+
+
 class SlurmCommandError(SlurmError):
     """Slurm answered, but refused or failed the operation."""
 

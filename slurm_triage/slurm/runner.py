@@ -23,6 +23,7 @@ from slurm_triage.slurm.errors import (
     JobNotFound,
     NodeNotFound,
     NotRequeueable,
+    NotYetAccounted,
     ReservationNotFound,
     SlurmCommandError,
     SlurmTimeout,
@@ -45,6 +46,9 @@ _ERROR_PATTERNS: tuple[
     tuple[re.Pattern[str], type[SlurmCommandError] | type[SlurmUnavailable]], ...
 ] = (
     (re.compile(r"Invalid job id|Invalid job array|job id .* not found", re.I), JobNotFound),
+    # sacctmgr's `modify job` that selected no record (job_functions.c, 22.05 and 25.11, rc
+    # 1), pyslurm's db.Job.modify the same (db/job.pyx).
+    (re.compile(r"^\s*Nothing (?:was )?modified\s*$", re.M), NotYetAccounted),
     (re.compile(r"Invalid node name|Node .* not found", re.I), NodeNotFound),
     # ESLURM_RESERVATION_INVALID (slurm_errno.c, 22.05-25.11): an unknown name to delete
     # or to submit into; pyslurm's own "Reservation 'x' doesn't exist" for a load.

@@ -19,6 +19,7 @@ from slurm_triage.slurm import (
     JobNotFound,
     NodeNotFound,
     NotRequeueable,
+    NotYetAccounted,
     SlurmCommandError,
     SlurmOutputError,
     SlurmUnavailable,
@@ -213,6 +214,8 @@ def test_probe_without_an_answer_names_the_child_last_words(
         (RuntimeError("Socket timed out on send/recv operation"), SlurmUnavailable),
         (ValueError("Invalid Time Specification: x"), SlurmCommandError),
         (AttributeError("'Job' object has no attribute 'nodes'"), SlurmOutputError),
+        # db.Job.modify that selected no record (pyslurm 25.11 db/job.pyx)
+        (RuntimeError("Nothing was modified"), NotYetAccounted),
     ],
 )
 def test_pyslurm_errors_become_the_door_error_classes(

@@ -3,13 +3,19 @@ sinfo executables that answer with output recorded on 22.05 and 25.11 and log th
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
 import pytest
 
 from slurm_triage.slurm.cli_backend import CliDoor
-from slurm_triage.slurm.errors import NodeNotFound, SlurmCommandError, SlurmOutputError
+from slurm_triage.slurm.errors import (
+    NodeNotFound,
+    NotYetAccounted,
+    SlurmCommandError,
+    SlurmOutputError,
+)
 from slurm_triage.slurm.model import JobState
 from slurm_triage.slurm.parse import SACCT_DELIMITER, SACCT_FIELDS
 from slurm_triage.slurm.runner import Runner
@@ -179,3 +185,41 @@ def test_accounted_admin_comment_goes_through_sacctmgr(tmp_path: Path) -> None:
     assert _calls(log)[1:] == [show, argv]
     with pytest.raises(SlurmCommandError, match="one line"):
         door.set_accounted_admin_comment(5, "a\nb")
+
+
+@pytest.mark.parametrize(
+    "said", [" Nothing modified", "  Nothing modified"], ids=["22.05", "25.11"]
+)
+def test_accounted_admin_comment_waits_for_a_record_accounting_lacks_yet(
+    tmp_path: Path, said: str
+) -> None:
+    """sacctmgr's "Nothing modified" (rc 1, on stdout: job_functions.c) while slurmdbd has
+    not the run's record yet is retried within the deadline, as an unreachable controller
+    is; a record that never comes is NotYetAccounted once the attempts are spent."""
+    text = "triage: cause=gpu_unavailable action=requeue on=node1 n=1"
+    show = "scontrol show job 5"
+    _fake_slurm(
+        tmp_path, "22.05.8", {show: str(SLURM / "22.05" / "scontrol_show_job_failed_exit3.txt")}
+    )
+    counter = tmp_path / "count"
+    (tmp_path / "sacctmgr").write_text(
+        "#!/bin/sh\n"
+        f"n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}\n"
+        f'if [ $n -lt "$WANT" ]; then echo "{said}"; exit 1; fi\n'
+        'echo " Modified jobs..."\n'
+    )
+    waits: list[float] = []
+    door = CliDoor(
+        Runner(timeout_s=30, attempts=3, sleep=waits.append, env={**os.environ, "WANT": "3"}),
+        bin_dir=str(tmp_path),
+    )
+    door.set_accounted_admin_comment(5, text)
+    assert (counter.read_text().strip(), waits) == ("3", [0.5, 1.0])
+    counter.unlink()
+    door = CliDoor(
+        Runner(timeout_s=30, attempts=3, sleep=waits.append, env={**os.environ, "WANT": "9"}),
+        bin_dir=str(tmp_path),
+    )
+    with pytest.raises(NotYetAccounted, match="Nothing modified"):
+        door.set_accounted_admin_comment(5, text)
+    assert counter.read_text().strip() == "3"
