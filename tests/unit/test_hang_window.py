@@ -22,6 +22,7 @@ from slurm_triage.evidence import (
     ProcessExit,
     SlurmState,
     Source,
+    Stall,
 )
 from slurm_triage.evidence.store import EARLIER_STEP, read_root_records
 from slurm_triage.job_state import JobState
@@ -122,6 +123,19 @@ def test_root_evidence_before_the_window_counts_from_10_minutes_before_the_hang(
     silent = watchdog(NEW.replace(" ran for 600043 milliseconds", ""))
     facts = [*FAILED, silent, xid("node291", END - 635)]
     assert attribute(facts, window=job_window(END)).cause is Cause.NCCL_TIMEOUT
+
+
+def test_the_wrappers_stall_says_when_the_rank_fell_silent():
+    """`wrap --hang-timeout 1800` ended a rank silent for 1800 s: node291's XID 74 of that
+    moment, 35 minutes before the end, explains the hang."""
+    stall = Stall(node="node291", time=END - 5, source=Source.USER, idle_s=1800.0)
+    assert hang_began([stall], END) == pytest.approx(END - 1805)
+    facts = [*FAILED, stall, xid("node291", END - 1810)]
+    found = attribute(facts, window=job_window(END))
+    assert (found.cause, found.nodes) == (Cause.GPU_NVLINK, ("node291",))
+    assert attribute([*FAILED, stall], window=job_window(END)).cause is Cause.HANG
+    huge = replace(stall, idle_s=1e12)
+    assert hang_began([huge], END) == pytest.approx(END - 5 - MAX_HANG_S)
 
 
 def test_root_evidence_older_than_10_minutes_before_the_hang_does_not_count():
