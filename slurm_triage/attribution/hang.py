@@ -13,10 +13,10 @@ the collective had run:
 
 so the job in effect stopped when that collective began, and root's evidence counts from 10
 minutes before then. The wrapper's hang detector says the same (a `stall` fact: no output
-for `idle_s` seconds before it ended the rank). Only root's: the program's own lines of those minutes are what it
-survived. The text is the job's, so the reach is capped (MAX_HANG_S): a printed "ran for"
-can pull no older root fact in than an hour before the watchdog fired, and the decision
-also holds it to the run's start.
+for `idle_s` seconds before it ended the rank). Only root's evidence: the program's own
+lines of those minutes are what it survived. The text is the job's, so the reach is capped
+(MAX_HANG_S): a printed "ran for" can pull no older root fact in than an hour before the
+watchdog fired, and the decision also holds it to the run's start.
 """
 
 from __future__ import annotations
