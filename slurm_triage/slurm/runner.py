@@ -46,9 +46,16 @@ _ERROR_PATTERNS: tuple[
     tuple[re.Pattern[str], type[SlurmCommandError] | type[SlurmUnavailable]], ...
 ] = (
     (re.compile(r"Invalid job id|Invalid job array|job id .* not found", re.I), JobNotFound),
-    # sacctmgr's `modify job` that selected no record (job_functions.c, 22.05 and 25.11, rc
-    # 1), pyslurm's db.Job.modify the same (db/job.pyx).
-    (re.compile(r"^\s*Nothing (?:was )?modified\s*$", re.M), NotYetAccounted),
+    # A `modify job` that selected no record: 22.05's sacctmgr prints " Nothing modified"
+    # (rc 1; slurmdbd answers SLURM_NO_CHANGE_IN_DATA with success and an empty list), 25.11's
+    # " Error with request: Data has not changed since time specified" (slurmdbd passes the
+    # errno on: proc_req.c _modify_job), pyslurm that text or "Nothing was modified".
+    (
+        re.compile(
+            r"^\s*Nothing (?:was )?modified\s*$|Data has not changed since time specified", re.M
+        ),
+        NotYetAccounted,
+    ),
     (re.compile(r"Invalid node name|Node .* not found", re.I), NodeNotFound),
     # ESLURM_RESERVATION_INVALID (slurm_errno.c, 22.05-25.11): an unknown name to delete
     # or to submit into; pyslurm's own "Reservation 'x' doesn't exist" for a load.

@@ -214,8 +214,10 @@ def test_probe_without_an_answer_names_the_child_last_words(
         (RuntimeError("Socket timed out on send/recv operation"), SlurmUnavailable),
         (ValueError("Invalid Time Specification: x"), SlurmCommandError),
         (AttributeError("'Job' object has no attribute 'nodes'"), SlurmOutputError),
-        # db.Job.modify that selected no record (pyslurm 25.11 db/job.pyx)
+        # db.Job.modify that selected no record (pyslurm 25.11 db/job.pyx): an empty list,
+        # or NULL with slurmdbd's SLURM_NO_CHANGE_IN_DATA (RPCError() reads its strerror)
         (RuntimeError("Nothing was modified"), NotYetAccounted),
+        (RuntimeError("Data has not changed since time specified"), NotYetAccounted),
     ],
 )
 def test_pyslurm_errors_become_the_door_error_classes(

@@ -188,14 +188,24 @@ def test_accounted_admin_comment_goes_through_sacctmgr(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "said", [" Nothing modified", "  Nothing modified"], ids=["22.05", "25.11"]
+    ("said", "words"),
+    [
+        ('echo " Nothing modified"', "Nothing modified"),
+        (
+            'echo " Error with request: Data has not changed since time specified" >&2',
+            "Data has not changed",
+        ),
+    ],
+    ids=["22.05", "25.11"],
 )
 def test_accounted_admin_comment_waits_for_a_record_accounting_lacks_yet(
-    tmp_path: Path, said: str
+    tmp_path: Path, said: str, words: str
 ) -> None:
-    """sacctmgr's "Nothing modified" (rc 1, on stdout: job_functions.c) while slurmdbd has
-    not the run's record yet is retried within the deadline, as an unreachable controller
-    is; a record that never comes is NotYetAccounted once the attempts are spent."""
+    """sacctmgr's answer (rc 1; src/sacctmgr/job_functions.c) while slurmdbd has not the
+    run's record yet: 22.05's slurmdbd answers an empty list ("Nothing modified" on stdout),
+    25.11's passes SLURM_NO_CHANGE_IN_DATA on (its strerror on stderr). Retried within the
+    deadline, as an unreachable controller is; a record that never comes is NotYetAccounted
+    once the attempts are spent."""
     text = "triage: cause=gpu_unavailable action=requeue on=node1 n=1"
     show = "scontrol show job 5"
     _fake_slurm(
@@ -205,7 +215,7 @@ def test_accounted_admin_comment_waits_for_a_record_accounting_lacks_yet(
     (tmp_path / "sacctmgr").write_text(
         "#!/bin/sh\n"
         f"n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}\n"
-        f'if [ $n -lt "$WANT" ]; then echo "{said}"; exit 1; fi\n'
+        f'if [ $n -lt "$WANT" ]; then {said}; exit 1; fi\n'
         'echo " Modified jobs..."\n'
     )
     waits: list[float] = []
@@ -220,6 +230,6 @@ def test_accounted_admin_comment_waits_for_a_record_accounting_lacks_yet(
         Runner(timeout_s=30, attempts=3, sleep=waits.append, env={**os.environ, "WANT": "9"}),
         bin_dir=str(tmp_path),
     )
-    with pytest.raises(NotYetAccounted, match="Nothing modified"):
+    with pytest.raises(NotYetAccounted, match=words):
         door.set_accounted_admin_comment(5, text)
     assert counter.read_text().strip() == "3"
