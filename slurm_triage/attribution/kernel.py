@@ -38,6 +38,7 @@ line. Prefer kmsg, dmesg or journal output.
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from collections import deque
@@ -47,7 +48,9 @@ from datetime import UTC, datetime, tzinfo
 
 from slurm_triage.attribution.kernel_lines import KernelLine, continued_lines, split_line
 from slurm_triage.attribution.tail import DEFAULT_TAIL_BYTES, decode_tail, read_tail
+from slurm_triage.attribution.xid import XID_CATALOGUE
 from slurm_triage.evidence import KernelEvent, KernelEventKind, Source
+from slurm_triage.taxonomy import NodeAction
 
 _K = KernelEventKind
 _NHC_TAGS = re.compile(r"^(?:nhc|NHC)(?:\(.*\))?$")
@@ -175,8 +178,17 @@ HUNG_TASK_LINES = 40
 # `ERROR:  nhc:  Health check failed:  ...`) -----------------------------------------------
 _NHC = re.compile(r"^(?:ERROR: +[\w().-]+: +)?Health check failed: +(?P<what>\S.*)$")
 
-MAX_EVENTS = 500
+# Of job-made events, and apart from them of all others: the two, with the Epilog's other
+# facts, stay within an evidence record's MAX_FACTS (1000).
+MAX_EVENTS = 300
 _REPEAT_S = 60.0  # the same non-XID event on the same device within this is one event
+# What a job can make the kernel print as often as it likes: application XIDs (XID 13 prints a
+# line per trapped SM, hundreds per fault), the 43/45 that follow them (node action none in
+# the catalogue), and OOM kills (one per killed process). They are kept apart from the rest so
+# that a storm of them cannot push out the node-fatal event logged before it.
+_JOB_MADE_XIDS = frozenset(
+    n for n, row in XID_CATALOGUE.items() if row.node_action is NodeAction.NONE
+)
 
 
 def parse_kernel_lines(
@@ -190,13 +202,15 @@ def parse_kernel_lines(
 ) -> list[KernelEvent]:
     """Every recognised event in `lines`, in order; a syslog host names the node if `node`
     is None. Exact repeats (same event, GPU and time) are kept once, the same non-XID event on
-    one device within a minute once, one OOM kill (one pid) once; at most the newest
-    MAX_EVENTS (a burst of hundreds of application XIDs must not hide the XID 79 after it)."""
+    one device within a minute once, one OOM kill (one pid) once. At most the newest
+    MAX_EVENTS job-made events (application XIDs and what follows them, OOM kills) and the
+    newest MAX_EVENTS others: a burst of hundreds of application XIDs must hide neither the
+    XID 79 after it nor the XID 48 before it."""
     reader = _Reader(node, source)
     year = year or datetime.now(UTC).year
     for raw in lines:
         reader.feed(split_line(raw, year=year, tz=tz, boot_time=boot_time))
-    return list(reader.events)
+    return reader.events()
 
 
 def parse_kernel_file(
@@ -242,7 +256,10 @@ class _Reader:
 
     def __init__(self, node: str | None, source: Source) -> None:
         self.node, self.source = node, source
-        self.events: deque[KernelEvent] = deque(maxlen=MAX_EVENTS)
+        # (line order, event), job-made apart from the rest: each evicts only its own kind.
+        self.job_made: deque[tuple[int, KernelEvent]] = deque(maxlen=MAX_EVENTS)
+        self.node_level: deque[tuple[int, KernelEvent]] = deque(maxlen=MAX_EVENTS)
+        self.emitted = 0
         self.seen: set[tuple[object, ...]] = set()
         self.last_at: dict[tuple[object, ...], float] = {}
         self.last_bdf: str | None = None
@@ -254,6 +271,11 @@ class _Reader:
         self.rec_user = False
         self.rec_file = False
         self.rec_more = 0  # how many more of its lines are the kernel's own words
+
+    def events(self) -> list[KernelEvent]:
+        """What was kept of both kinds, in the order of their lines."""
+        merged = heapq.merge(self.job_made, self.node_level, key=lambda kept: kept[0])
+        return [event for _, event in merged]
 
     def feed(self, line: KernelLine) -> None:
         if not line.prefixed:
@@ -379,17 +401,18 @@ class _Reader:
                 if last is not None and 0 <= when - last < _REPEAT_S:
                     return
                 self.last_at[device] = when
-        self.events.append(
-            KernelEvent(
-                node=where,
-                time=when,
-                source=self.source,
-                event=kind,
-                xid=xid,
-                pci_bus_id=bdf,
-                detail=detail[:300],
-            )
+        event = KernelEvent(
+            node=where,
+            time=when,
+            source=self.source,
+            event=kind,
+            xid=xid,
+            pci_bus_id=bdf,
+            detail=detail[:300],
         )
+        job_made = kind is _K.OOM_KILL or (kind is _K.XID and xid in _JOB_MADE_XIDS)
+        (self.job_made if job_made else self.node_level).append((self.emitted, event))
+        self.emitted += 1
 
 
 def _events(msg: str, last_bdf: str | None) -> Iterator[_Found]:
