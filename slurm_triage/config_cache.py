@@ -13,7 +13,11 @@ means the file is parsed, never other settings. Its trust is the file's: it is u
 when it is a regular file (opened O_NOFOLLOW | O_NONBLOCK: no link followed, no FIFO waited
 on) owned by the file's owner and writable by no group or other, of at most
 MAX_CACHE_BYTES. Whoever can write it as that owner could rewrite the file itself; another
-user who can write the directory (a sticky /tmp) can plant a copy that no one reads.
+user who can write the directory (a sticky /tmp) can plant a copy that no one reads. It holds
+the file's whole text, so it is readable by no one the file is not readable by: it is written
+with the file's mode less any write bit for group or other (a 0600 file, which may hold a
+secret, gets a 0600 copy; a 0644 one a 0644 copy), and a copy that more may read than that
+(written before the file's mode was narrowed) is taken for stale and written again.
 
 Only a process whose effective uid owns the file writes the copy (root for
 /etc/slurm-triage/config.toml: a Prolog, the node agent at each refresh turn, or
@@ -52,7 +56,8 @@ FORMAT = 1
 # A copy larger than this is taken for stale, and none is written: the file is parsed.
 MAX_CACHE_BYTES = 4 * 1024 * 1024
 _OPEN_CACHE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+# The most a copy may grant of its file's mode: never write for group or other.
+_COPY_MODE_MAX = 0o644
 
 _dumps = json_codec.dumps_with(ensure_ascii=False, separators=(",", ":"))
 _loads = json_codec.loads_with()
@@ -122,22 +127,24 @@ def refresh_cache(path: str | os.PathLike[str], check: SettingsCheck | None = No
 def _read(
     path: str | os.PathLike[str], check: SettingsCheck | None
 ) -> tuple[dict[str, Any], CacheResult]:
-    text, owner_uid = _read_text(path)
+    text, owner_uid, file_mode = _read_text(path)
     copy = cache_path(path)
-    parsed = _cached(copy, text, owner_uid)
+    copy_mode = file_mode & _COPY_MODE_MAX
+    parsed = _cached(copy, text, owner_uid, copy_mode)
     if parsed is not None:
         return parsed, CacheResult(CacheOutcome.FRESH, copy)
     parsed = _parse(path, text)
-    return parsed, _store(path, copy, text, parsed, owner_uid, check)
+    return parsed, _store(path, copy, text, parsed, owner_uid, copy_mode, check)
 
 
-def _read_text(path: str | os.PathLike[str]) -> tuple[str, int]:
-    """The file's text and its owner's uid (of the file opened, links followed: the admin's)."""
+def _read_text(path: str | os.PathLike[str]) -> tuple[str, int, int]:
+    """The file's text, its owner's uid and its permission bits (of the file opened, links
+    followed: the admin's)."""
     try:
         with open(path, "rb") as fh:
-            owner_uid = os.fstat(fh.fileno()).st_uid
+            info = os.fstat(fh.fileno())
             raw = fh.read()
-        return raw.decode("utf-8"), owner_uid
+        return raw.decode("utf-8"), info.st_uid, stat.S_IMODE(info.st_mode)
     except UnicodeDecodeError:
         raise ConfigFileError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
@@ -156,9 +163,10 @@ def _parse(path: str | os.PathLike[str], text: str) -> dict[str, Any]:
         raise ConfigFileError(f"{path}: invalid TOML: nested too deeply") from None
 
 
-def _cached(copy: str, text: str, owner_uid: int) -> dict[str, Any] | None:
+def _cached(copy: str, text: str, owner_uid: int, copy_mode: int) -> dict[str, Any] | None:
     """The parsed value the copy holds for `text`; None when it is missing, not to be
-    trusted (a link, a FIFO, another owner, writable by others, too big) or stale."""
+    trusted (a link, a FIFO, another owner, writable by others, too big), open to more than
+    `copy_mode` allows (read by those who may not read the file) or stale."""
     try:
         fd = os.open(copy, _OPEN_CACHE)
     except OSError:
@@ -168,7 +176,7 @@ def _cached(copy: str, text: str, owner_uid: int) -> dict[str, Any] | None:
         if (
             not stat.S_ISREG(info.st_mode)
             or info.st_uid != owner_uid
-            or info.st_mode & _OTHERS_WRITE
+            or stat.S_IMODE(info.st_mode) & ~copy_mode
             or info.st_size > MAX_CACHE_BYTES
         ):
             return None
@@ -209,10 +217,11 @@ def _store(
     text: str,
     parsed: dict[str, Any],
     owner_uid: int,
+    copy_mode: int,
     check: SettingsCheck | None,
 ) -> CacheResult:
-    """Write the copy when this process owns the file, `check` accepts its settings and
-    JSON holds `parsed` exactly."""
+    """Write the copy, `copy_mode`, when this process owns the file, `check` accepts its
+    settings and JSON holds `parsed` exactly."""
     euid = os.geteuid()
     if euid != owner_uid:
         return CacheResult(
@@ -236,7 +245,7 @@ def _store(
     if len(data) > MAX_CACHE_BYTES:
         return CacheResult(CacheOutcome.TOO_BIG, f"{copy} would be over {MAX_CACHE_BYTES} bytes")
     try:
-        write_atomically(copy, data, mode=0o644)
+        write_atomically(copy, data, mode=copy_mode)
     except OSError as exc:
         return CacheResult(CacheOutcome.FAILED, f"{copy}: {exc.strerror or exc}")
     return CacheResult(CacheOutcome.WRITTEN, copy)
