@@ -36,7 +36,7 @@ from slurm_triage.policies.drain_words import lemon_reason
 from slurm_triage.policies.lemons import node_signals
 from slurm_triage.policies.reasons import job_drain_reason
 from slurm_triage.prolog_epilog.detach import detach
-from slurm_triage.prolog_epilog.ended_run import EndedRun, read_ended_run
+from slurm_triage.prolog_epilog.ended_run import EndedRun, expedited_failure, read_ended_run
 from slurm_triage.prolog_epilog.gather import (
     Context,
     Gathered,
@@ -47,7 +47,7 @@ from slurm_triage.prolog_epilog.gather import (
     wait_for_root_records,
 )
 from slurm_triage.prolog_epilog.job_end import JobEnd, slurm_env
-from slurm_triage.slurm import JobInfo, JobState, SlurmDoor, SlurmError, open_door
+from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError, open_door
 
 __all__ = ["Outcome", "decide", "decide_from_env", "judge", "node_blame", "on_job_nodes"]
 
@@ -200,7 +200,7 @@ def decide(
     attribution = attribute_end(run, gathered)
     decided_at = clock.time()
     context = gather_context(
-        config, door, journal, run, attribution, env, decided_at, gathered.facts
+        config, door, journal, run, attribution, env, decided_at, gathered.windowed
     )
     # judge, act, record
     judged = judge(config, run, attribution, context, decided_at)
@@ -331,7 +331,7 @@ def decide_from_env(
             return None
         door = door or open_door(config.slurm)
         job = door.job(end.job_id)  # read once: the decision starts from it
-        if _expedited_failure(job, end):
+        if expedited_failure(job, end):
             if detached is not None:
                 detached()
                 return _decide_with_journal(config, end, door, env, job, clock)
@@ -360,13 +360,6 @@ def _decide_with_journal(
         return decide(config, end, door, journal, env, job, clock=clock)
     finally:
         journal.close()
-
-
-def _expedited_failure(job: JobInfo, end: JobEnd) -> bool:
-    """A failed run of an `--requeue=expedite` job, still COMPLETING: Slurm restarts or
-    holds it only once this hook has ended."""
-    code = end.exit_code if end.exit_code is not None else job.exit_code
-    return job.expedited_requeue and job.state is JobState.COMPLETING and code != 0
 
 
 def _decide_detached(

@@ -16,6 +16,7 @@ from slurm_triage.clock import Clock
 from slurm_triage.config import Config
 from slurm_triage.frozen import Frozen
 from slurm_triage.job_state import JobState, parse_job_state
+from slurm_triage.logs import get_logger
 from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError
 
@@ -24,6 +25,13 @@ from slurm_triage.slurm import JobInfo, SlurmDoor, SlurmError
 SLURM_HELD_REQUEUE_REASON = "job_requeued_in_held_state"
 WINDOW_BEFORE_S = 600.0
 CLOCK_SLACK_S = 5.0
+# How long a detached decision waits for Slurm to settle an expedited requeue: the job stays
+# COMPLETING until its processes are gone (up to KillWait, 30 s by default, after SIGTERM)
+# and every node's Epilog has ended (ours within decision.epilog_deadline_s plus the
+# breaker's settle time; a site's own may run longer). The detached process costs nothing
+# while it waits; asked of slurmctld every SETTLE_POLL_S at most.
+EXPEDITED_SETTLE_S = 600.0
+SETTLE_POLL_S = (0.05, 2.0)
 _RUNNING_AGAIN = frozenset(
     {
         JobState.PENDING,
@@ -110,11 +118,23 @@ def final_state(door: SlurmDoor, job: JobInfo, wait_s: float, clock: Clock) -> E
     return EndState(JobState.COMPLETED if ok else JobState.FAILED)
 
 
+def expedited_failure(job: JobInfo, end: JobEnd) -> bool:
+    """A failed run of an `--requeue=expedite` job, still COMPLETING: Slurm restarts it, or
+    requeues it held, only once EpilogSlurmctld has ended, and only for a run whose exit
+    status is non-zero (job_mgr.c _set_job_requeue_exit_value, WEXITSTATUS: a run ended by
+    a signal is not expedited)."""
+    code = end.exit_code if end.exit_code is not None else job.exit_code
+    return job.expedited_requeue and job.state is JobState.COMPLETING and code != 0
+
+
 def _settled(door: SlurmDoor, job: JobInfo, deadline: float, clock: Clock) -> JobInfo:
     """The job once Slurm has finished an expedited requeue (restarted it, or requeued it
-    held): it stays COMPLETING until every Epilog and EpilogSlurmctld ended. Bounded."""
+    held): it stays COMPLETING until every Epilog and EpilogSlurmctld ended. Bounded; the
+    polls back off, since a mass failure has one such wait per job."""
+    pause, longest = SETTLE_POLL_S
     while job.state is JobState.COMPLETING and clock.monotonic() < deadline:
-        clock.sleep(0.05)
+        clock.sleep(pause)
+        pause = min(longest, pause * 2)
         job = door.job(job.job_id)
     return job
 
@@ -138,21 +158,36 @@ class EndedRun(Frozen):
 def read_ended_run(
     config: Config, end: JobEnd, door: SlurmDoor, job: JobInfo, clock: Clock, started: float
 ) -> EndedRun:
-    """Read what Slurm says of this end (`started`: the decision's monotonic start)."""
-    if job.expedited_requeue and job.state is JobState.COMPLETING:
-        job = _settled(door, job, started + config.decision.deadline_s / 4, clock)
-    held_by_slurm = job.expedited_requeue and (
-        job.state is JobState.REQUEUE_HOLD or job.state_reason == SLURM_HELD_REQUEUE_REASON
-    )
+    """Read what Slurm says of this end (`started`: the decision's monotonic start). Only the
+    detached decision of an expedited failure waits for Slurm to settle it: in the hook the
+    job stays COMPLETING until the hook ends, whatever else happens."""
+    waited = expedited_failure(job, end)
+    if waited:
+        job = _settled(door, job, started + EXPEDITED_SETTLE_S, clock)
     if end.exit_code is None:
         end = replace(end, exit_code=job.exit_code, exit_signal=job.exit_signal)
+    # Slurm's own hold of an expedited requeue follows a failed run, and counts the requeue
+    # after this hook. An operator's `scontrol requeuehold` sets the same reason, but counts
+    # it before the hook, on a run that had not ended (0:0; job_mgr.c _job_requeue_op): that
+    # hold is theirs, never ours to release or cancel.
+    held_by_slurm = (
+        job.expedited_requeue
+        and end.exit_code not in (None, 0)
+        and job.restart_count > end.restart
+        and (job.state is JobState.REQUEUE_HOLD or job.state_reason == SLURM_HELD_REQUEUE_REASON)
+    )
+    unsettled = waited and job.state is JobState.COMPLETING
     # An expedited requeue is decided after the hook that read the ended run's restart count
     # (detached): a higher count now means Slurm requeued that run, whatever the next run is
     # doing by now (it may even have finished).
     requeued_since = job.expedited_requeue and job.restart_count > end.restart
+    if unsettled:  # Slurm will requeue it (restart or hold) once it settles: never we
+        get_logger(job_id=end.job_id).warning(
+            "decision_expedited_unsettled", waited_s=EXPEDITED_SETTLE_S
+        )
     state = (
         EndState(JobState.REQUEUED)
-        if job.state in _RUNNING_AGAIN or requeued_since
+        if job.state in _RUNNING_AGAIN or requeued_since or unsettled
         # Where the controller shows only COMPLETING (before 24.05), even a clean exit is
         # asked of accounting: when Slurm requeues a job itself (its Prolog failed) it still
         # shows 0:0 and no reason at this point.
@@ -164,7 +199,7 @@ def read_ended_run(
         # Prolog-failure requeue reports the next run's count already; an expedited one not.
         end = replace(
             end,
-            restart=end.restart if requeued_since else max(0, job.restart_count - 1),
+            restart=end.restart if requeued_since or unsettled else max(0, job.restart_count - 1),
             records_since=end.ended_at - WINDOW_BEFORE_S,
         )
     elif job.start_time is not None and job.start_time <= end.ended_at:

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from slurm_triage.clock import Clock
+from slurm_triage.config import Config
 from slurm_triage.evidence import RootException
-from slurm_triage.prolog_epilog import decide as decide_module
+from slurm_triage.prolog_epilog import ended_run
 from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm import JobState
 from slurm_triage.taxonomy import Cause
@@ -123,7 +125,7 @@ def test_only_a_failed_expedited_run_still_completing_is_detached() -> None:
             exit_signal=0,
             ended_at=time.time(),
         )
-        return decide_module._expedited_failure(door.job(JOB), ending)
+        return ended_run.expedited_failure(door.job(JOB), ending)
 
     assert expedited_failure(3) is True
     assert expedited_failure(0) is False  # Slurm completes a clean exit as usual
@@ -161,3 +163,53 @@ def test_the_hook_ends_and_its_pipes_close_while_the_decision_goes_on(tmp_path: 
     while not done.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert done.exists()
+
+
+@needs_root
+def test_an_operators_requeuehold_is_not_released_or_cancelled(cluster: Cluster) -> None:
+    """`scontrol requeuehold` of a running expedited job: Slurm counts the requeue and sets
+    the reason Slurm's own expedited hold has before EpilogSlurmctld runs, with the run's
+    0:0 (job_mgr.c _job_requeue_op). The hold is the operator's: never released or ended."""
+    door = cluster.door
+    door.jobs[JOB] = replace(
+        door.jobs[JOB],
+        state=JobState.COMPLETING,
+        base_state=JobState.PENDING,
+        state_reason=ended_run.SLURM_HELD_REQUEUE_REASON,
+        restart_count=1,
+        exit_code=0,
+    )
+    cluster.decide(restart=1, exit_code=0)
+    assert not {"release", "cancel", "requeue"} & set(door.methods())
+    assert door.methods().count("job") <= 2  # no wait in the hook: nothing changes in it
+
+
+@needs_root
+def test_an_expedited_jobs_clean_end_is_decided_in_the_hook_without_waiting(
+    cluster: Cluster,
+) -> None:
+    """Slurm settles nothing while the hook runs: a clean end of an expedited job is read
+    at once (it polled slurmctld 20 times a second for 15 s)."""
+    cluster.end("COMPLETED", exit_code=0)
+    assert cluster.door.methods().count("job") <= 2
+    assert cluster.row(0).state == "COMPLETED"
+
+
+def test_an_expedited_failure_slurm_never_settles_is_left_to_slurm(tmp_path: Path) -> None:
+    """Epilogs slower than the settle bound: the job is still FAILED|COMPLETING, and Slurm
+    will restart or hold it once they end. The decision never requeues it itself; its
+    polls back off."""
+    door = FakeDoor([job_info(JOB, nodes=NODES, expedited_requeue=True)], ())
+    door.jobs[JOB] = replace(door.jobs[JOB], state=JobState.RUNNING, start_time=time.time())
+    door.end_job(JOB, "FAILED", exit_code=1)
+    now = [0.0]
+    clock = Clock(monotonic=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    end = JobEnd(job_id=JOB, restart=0, nodes=NODES, uid=USER, exit_code=1, ended_at=time.time())
+    run = ended_run.read_ended_run(Config(), end, door, door.job(JOB), clock, 0.0)
+    assert (run.requeued_by_slurm, run.held_by_slurm, run.restarted_by_slurm) == (
+        True,
+        False,
+        True,
+    )
+    assert run.end.restart == 0 and now[0] >= ended_run.EXPEDITED_SETTLE_S
+    assert door.methods().count("job") < ended_run.EXPEDITED_SETTLE_S / 2 + 10

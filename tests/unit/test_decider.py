@@ -209,6 +209,8 @@ def test_an_expedited_requeue_is_answered_detached_and_decided_after(
     with serving(controller.config, controller.decide):
         reply = client.ask_decider(env)
         assert reply.outcome is Outcome.DETACHED and reply.accepted
+        # The hook has ended: Slurm restarts the job, which the decision waits for.
+        controller.doors[21].finish_expedited_requeue(21, epilog_failed=True)
     rows, _ = controller.journal()
     assert [(r[0], r[8]) for r in rows] == [(21, "gpu_unavailable")]
     (done,) = controller.events("role_done")
