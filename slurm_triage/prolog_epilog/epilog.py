@@ -257,7 +257,8 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
     events = kernel_events(config, end)
     record = collect(config, end, now, events)
     earlier = earlier_record(end, events, now)
-    written = [(record, ".json")] + ([(earlier, EARLIER_SUFFIX)] if earlier else [])
+    # The earlier record first: the decision waits for `<node>.json` alone, then reads both.
+    written = ([(earlier, EARLIER_SUFFIX)] if earlier else []) + [(record, ".json")]
     for each, suffix in written:
         try:
             # A het job component's under its leader's id: the het job's one decision (the

@@ -103,10 +103,20 @@ def output_facts(
 
 
 class Gathered(Frozen):
-    """The facts of one job end, and what was left out of them (said in the decision)."""
+    """The facts of one job end, and what was left out of them (said in the decision).
+    `reached`: those of `facts` from root's records of the run before its window, which a
+    hang reached back to (gather_evidence): they count for the job's cause, not for draining
+    a node the cause does not blame (own_faults judges each node on its window)."""
 
     facts: list[Fact]
     notes: tuple[str, ...] = ()
+    reached: tuple[Fact, ...] = ()
+
+    @property
+    def windowed(self) -> list[Fact]:
+        """`facts` less `reached`."""
+        reached = {id(f) for f in self.reached}
+        return [f for f in self.facts if id(f) not in reached]
 
 
 def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock) -> Gathered:
@@ -161,16 +171,21 @@ def gather_evidence(config: Config, run: EndedRun, deadline: float, clock: Clock
     others: list[Fact] = [f for record in kept_users for f in record.facts] + found
     others = [f for f in others if f.time is None or window.contains(f.time)]
     reach = root_window(window, others)
+    # The ended run's start: EpilogSlurmctld's (25.11), else the controller's, which is the
+    # next run's once Slurm requeued the job itself (records_since is then the window's).
+    run_start = end.start_time if end.start_time is not None else end.records_since
+    reached: list[Fact] = []
     for record in roots.records:
         if record.step != store.EARLIER_STEP:
             facts += record.facts
         elif reach != window:
-            facts += [f for f in record.facts if _reached(f, reach, end.records_since)]
+            reached += [f for f in record.facts if _reached(f, reach, run_start)]
     facts += others
     facts, foreign = on_job_nodes(facts, end.nodes)
+    reached, _ = on_job_nodes(reached, end.nodes)
     if foreign:
         notes.append(f"facts naming nodes outside the job dropped: {', '.join(foreign[:5])}")
-    return Gathered(facts, tuple(notes))
+    return Gathered(facts + reached, tuple(notes), tuple(reached))
 
 
 def _reached(fact: Fact, reach: Window, run_start: float | None) -> bool:

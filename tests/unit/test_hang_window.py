@@ -176,11 +176,11 @@ def _glog(when: float) -> str:
     return time.strftime("%m%d %H:%M:%S", time.localtime(when)) + ".408271257"
 
 
-def _config(tmp_path: Path, xid_at: float) -> Config:
+def _config(tmp_path: Path, xid_at: float, node1_kernel: str = "") -> Config:
     evidence = tmp_path / "evidence"
     (evidence / "_root").mkdir(parents=True)
     os.chmod(evidence, 0o1777)
-    (tmp_path / "node1.kern.log").write_text("")
+    (tmp_path / "node1.kern.log").write_text(node1_kernel)
     (tmp_path / "node2.kern.log").write_text(f"{_stamp(xid_at)} node2 kernel: {XID74}\n")
     return Config(
         paths=PathsConfig(evidence_dir=str(evidence), state_dir=str(tmp_path / "state")),
@@ -226,12 +226,13 @@ def _end_job(
     return door
 
 
-def _decide(config: Config, door: FakeDoor) -> Attribution:
+def _decide(config: Config, door: FakeDoor, **more: str) -> Attribution:
     env = {
         "SLURM_JOB_ID": str(JOB),
         "SLURM_JOB_UID": "4242",
         "SLURM_JOB_EXIT_CODE2": "134:0",
         "SLURM_JOB_NODELIST": "node[1-2]",
+        **more,
     }
     outcome = decide_from_env(config, env, door)
     assert outcome is not None and outcome.attribution is not None
@@ -278,6 +279,66 @@ def test_a_kernel_event_from_before_the_run_does_not_count(tmp_path: Path, node_
     steps = ["epilog", "epilog"] if node_start else ["epilog", "epilog", EARLIER_STEP]
     assert [r.step for r in records] == steps
     assert _decide(config, door).cause is Cause.NCCL_TIMEOUT
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's records and the job's chowned output")
+def test_a_hung_expedited_job_slurm_held_reaches_back_to_its_own_start(tmp_path: Path):
+    """25.11's expedited requeue: Slurm requeued the run held before the decision looked, so
+    the controller knows no start of it; EpilogSlurmctld's SLURM_JOB_START_TIME bounds the
+    reach. node2 is blamed and excluded, and the job released."""
+    now = time.time()
+    config = _config(tmp_path, xid_at=now - 660)
+    started = now - 3 * 3600
+    door = _end_job(tmp_path, config, started=started, ran_ms=600043)
+    door.jobs[JOB] = replace(door.jobs[JOB], expedited_requeue=True)
+    door.finish_expedited_requeue(JOB, epilog_failed=False)
+    found = _decide(config, door, SLURM_JOB_START_TIME=str(int(started)))
+    assert (found.cause, found.nodes) == (Cause.GPU_NVLINK, ("node2",))
+    assert door.methods().count("release") == 1
+    assert "node2" in door.jobs[JOB].excluded_nodes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's records and the job's chowned output")
+def test_a_node_the_cause_does_not_blame_is_not_drained_for_what_the_reach_found(
+    tmp_path: Path,
+):
+    """node1's XID 48 began the hang, node2's XID 74 came later, both before the window:
+    node1 is blamed; node2 is judged on its window, as its Epilog judged it, and stays."""
+    now = time.time()
+    xid48 = "NVRM: Xid (PCI:0000:3b:00): 48, pid=23401, name=python3, An uncorrectable ECC"
+    config = _config(
+        tmp_path, xid_at=now - 660, node1_kernel=f"{_stamp(now - 1100)} node1 kernel: {xid48}\n"
+    )
+    door = _end_job(tmp_path, config, started=now - 3 * 3600, ran_ms=600043)
+    found = _decide(config, door)
+    assert (found.cause, found.nodes) == (Cause.GPU_MEMORY, ("node1",))
+    drained = [call.args[0] for call in door.calls if call.method == "drain"]
+    assert drained == ["node1"]
+
+
+def test_the_epilog_writes_its_earlier_record_before_the_one_the_decision_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The decision waits for `<node>.json` alone, then reads both."""
+    from slurm_triage.prolog_epilog import epilog
+
+    written: list[str] = []
+    monkeypatch.setattr(
+        epilog,
+        "write_root_record",
+        lambda _dir, _job, node, _data, suffix=".json": written.append(node + suffix) or "",
+    )
+    now = time.time()
+    config = _config(tmp_path, xid_at=now - 660)
+    env = {
+        "SLURM_JOB_ID": str(JOB),
+        "SLURMD_NODENAME": "node2",
+        "SLURM_JOB_UID": "4242",
+        "SLURM_JOB_EXIT_CODE2": "0:0",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+    }
+    run_epilog(config, env)
+    assert written == ["node2.earlier.json", "node2.json"]
 
 
 def test_the_earlier_record_keeps_the_newest_events_of_the_reach():
