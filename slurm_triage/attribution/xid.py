@@ -231,6 +231,12 @@ RECOVERY_ACTIONS: dict[int, tuple[str, NodeAction]] = {
 _RECOVERY_BY_NAME = {name: action for name, action in RECOVERY_ACTIONS.values()}
 
 
+def names_recovery_action(text: str) -> bool:
+    """Whether an XID 154's line (or the text after `154, `) names the new recovery action:
+    the kernel's does; an NVML event carries only the number."""
+    return _RECOVERY.match(_XID_HEAD.sub("", text, count=1)) is not None
+
+
 def _recovery_action(code: int, name: str) -> NodeAction:
     """The node action of a recovery action the driver named; a code or name this catalogue
     does not know still asks for a reboot or a reset when its name says so."""

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_triage.attribution.kernel import parse_kernel_file, parse_kernel_lines
-from slurm_triage.attribution.xid import NodeAction, lookup
+from slurm_triage.attribution.xid import NodeAction, lookup, names_recovery_action
 from slurm_triage.config import HealthConfig
 from slurm_triage.evidence import KernelEvent, KernelEventKind
 from slurm_triage.health_checks import app_xids, gpu_resets
@@ -95,11 +95,21 @@ _RANK = {Action.RMA: 4, Action.DRAIN_NOW: 3, Action.REBOOT: 2, Action.RESET_GPU:
 
 def _latest_recovery_only(events: Sequence[KernelEvent]) -> list[KernelEvent]:
     """XID 154 reports a change of the GPU's recovery action: only each GPU's newest one is
-    its current state (a later 154 back to None means it recovered)."""
+    its current state (a later 154 back to None means it recovered). A 154 that does not
+    name the new action (the node agent's NVML event: NVML gives the number alone) stands
+    for it only while no line that names one is there: NVML's copy of the kernel's change,
+    later by a drifting kmsg clock, must not turn the reboot the kernel asked for into a
+    watch."""
     newest: dict[str | None, KernelEvent] = {}
     for e in events:
         if e.event is KernelEventKind.XID and e.xid == 154:
-            newest[e.pci_bus_id] = e
+            held = newest.get(e.pci_bus_id)
+            if (
+                held is None
+                or names_recovery_action(e.detail)
+                or not names_recovery_action(held.detail)
+            ):
+                newest[e.pci_bus_id] = e
     keep = set(map(id, newest.values()))
     return [e for e in events if not (e.xid == 154 and id(e) not in keep)]
 

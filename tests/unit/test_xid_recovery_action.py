@@ -107,3 +107,36 @@ def test_on_the_simulated_node_a_reboot_stays_a_reboot(tmp_path) -> None:  # typ
         Action.REBOOT,
         "XID 154 GPU 0000:5d:00 GPU recovery action changed",
     )
+
+
+def test_the_agents_nvml_copy_of_a_154_does_not_undo_the_kernels_reboot() -> None:
+    """The node agent merges NVML's XID events, which carry the number alone; when the kmsg
+    clock drifts, NVML's copy of the kernel's 154 looks newer (review: kmsg drift). The
+    kernel's line names the action; the copy does not replace it. A later kernel line back
+    to None still clears it, and a copy alone only warns, as before."""
+    from slurm_triage.evidence import KernelEvent, KernelEventKind, Source
+    from slurm_triage.health_checks import nvml_xids
+
+    kernel = parse_kernel_lines(
+        [kmsg(-100, xid("3b", 154, changed("0x0 (None)", "0x2 (Node Reboot Required)")))],
+        boot_time=NOW - 1000,
+    )
+    copy = KernelEvent(
+        node="n1",
+        time=NOW - 60,
+        source=Source.ROOT,
+        event=KernelEventKind.XID,
+        xid=154,
+        pci_bus_id="0000:3b:00",
+        detail="NVML event: XID 154",
+    )
+    merged = nvml_xids.merge(kernel, [copy])
+    assert len(merged) == 2  # not taken for the same fault: 40 s apart
+    result = kernel_log.check_xid(merged, CONFIG, NOW)
+    assert (result.status, result.action) == (CheckStatus.FAIL, Action.REBOOT)
+    back = parse_kernel_lines(
+        [kmsg(-30, xid("3b", 154, changed("0x2 (Node Reboot Required)", "0x0 (None)")))],
+        boot_time=NOW - 1000,
+    )
+    assert kernel_log.check_xid([*merged, *back], CONFIG, NOW).status is CheckStatus.OK
+    assert kernel_log.check_xid([copy], CONFIG, NOW).status is CheckStatus.WARN
