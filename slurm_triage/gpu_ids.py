@@ -201,3 +201,45 @@ def job_scope(env: Mapping[str, str]) -> JobScope:
     exclusive = env.get("SLURM_JOB_EXCLUSIVE", "").strip().upper() in ("NODE", "TOPO")
     no_sharing = env.get("SLURM_JOB_OVERSUBSCRIBE", "").strip().upper() == "NO"
     return JobScope(slurm_gpu_ids(env, ("SLURM_JOB_GPUS",)), exclusive or no_sharing)
+
+
+class JobGpus(Frozen):
+    """The GPUs a job had on a node, by PCI bus id (canonical_bus_id form)."""
+
+    bus_ids: frozenset[str]
+    # Its ids named MIG devices: other jobs may have had the rest of these GPUs.
+    mig: bool = False
+
+
+def job_bus_ids(
+    ids: Sequence[int],
+    devices: Sequence[NvmlDevice],
+    host_bus_ids: Sequence[str],
+    order: GpuOrder,
+) -> JobGpus | None:
+    """The GPUs that Slurm's ids `ids` name, as a program outside the job's device cgroup
+    sees them (the node Epilog: `devices` are every GPU of the node); None when one of them
+    cannot be told (an id no device has, a lost GPU, MIG ids that mig_gres_order cannot
+    place): a guessed GPU would be another job's.
+
+    With MIG (or a GPU whose MIG state NVML did not say) the ids name Slurm's MIG records,
+    placed by mig_gres_order only; else each id is matched exactly (slurm_id), never by
+    position as job_devices may inside a cgroup."""
+    by_index = {d.index: d for d in devices}
+    mig = False
+    if in_mig_mode(devices) or any(d.mig is None for d in devices):
+        records = mig_gres_order(devices, host_bus_ids, order)
+        if records is None or any(i >= len(records) for i in ids):
+            return None
+        gpus = {records[i].gpu for i in ids}
+        mig = any(records[i].mig is not None for i in ids)
+    else:
+        wanted = set(ids)
+        named = {d.index: slurm_id(d, host_bus_ids, order) for d in devices}
+        gpus = {index for index, sid in named.items() if sid in wanted}
+        if {named[g] for g in gpus} != wanted:
+            return None
+    buses = {by_index[g].bus_id for g in gpus}
+    if not buses or None in buses:
+        return None
+    return JobGpus(frozenset(b for b in buses if b is not None), mig)

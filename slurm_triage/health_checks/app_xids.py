@@ -8,12 +8,17 @@ gpud PR #46, vllm-project/vllm#5901, NVIDIA NVSentinel's XID 13/31 workflow). Bu
 application XIDs on one GPU no more than `health.app_xid_burst_gap_s` apart; a burst is one
 fault.
 
-Which job: each job's Epilog claims the bursts of its run in a node-local ledger,
+Which job: each job's Epilog claims the bursts of its run on its own GPUs (SLURM_JOB_GPUS,
+matched to bus ids by gpu_ids.job_bus_ids) in a node-local ledger,
 `<state_dir>/health/<node>.app-xids.json` (first claim wins; from SLURM_JOB_START_TIME where
-Slurm gives it, else the 10-minute evidence window). A job that hit its bug three times
-(torchrun restarting its workers) is one job. The bursts no Epilog claimed yet are those of
-the job running now (or of one whose Epilog failed): together they count as one job, never
-as one per burst or per process (each restart is a new pid).
+Slurm gives it, else the 10-minute evidence window). A job whose GPUs are not known claims on
+every GPU only when it had the node to itself, else nothing, and a job on MIG devices claims
+nothing on a shared node: a neighbour ending while a user keeps faulting on another GPU would
+otherwise take that user's bursts, and count one user as several. A job that hit its bug
+three times (torchrun restarting its workers) is one job. The bursts no Epilog claimed (the
+job running now's, or of one whose Epilog failed or could not tell its GPUs) count as one job
+together, never as one per burst or per process (each restart is a new pid): one user's
+faults on a GPU count as two users at most (their ended jobs' claims and the rest).
 
 A GPU fails `gpu.xid` when its application XIDs came from `app_xid_repeats` distinct users'
 jobs within `kernel_window_s`: the fault then follows the GPU, not the code (NVIDIA's
@@ -29,13 +34,14 @@ import fcntl
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_triage.atomic import write_atomically
 from slurm_triage.attribution.xid import APPLICATION_XIDS
 from slurm_triage.evidence import KernelEvent, KernelEventKind
+from slurm_triage.health_checks.gpu_resets import gpu_key
 from slurm_triage.logs import get_logger
 
 # kernel_rc.c krcReportXid: `NVRM: Xid (<attr>): <xid>, pid=%s, name=%s, <msg>` when the
@@ -175,11 +181,15 @@ def claim_bursts(
     gap_s: float,
     now: float | None = None,
     user: str = "",
+    gpus: Collection[str] | None = None,
 ) -> list[Claim]:
-    """Record `job` (of `user`, its uid) as the owner of the bursts in [since, until] that no
-    job claimed yet; the new claims. Serialised with other Epilogs of this node by a lock
-    file."""
+    """Record `job` (of `user`, its uid) as the owner of the bursts in [since, until] on its
+    GPUs `gpus` (PCI bus ids; None: every GPU, for a job that had the node to itself) that
+    no job claimed yet; the new claims. Only the job's own GPUs: on a shared node a
+    neighbour's Epilog taking the bursts of a user still faulting on another GPU would count
+    that one user as several. Serialised with other Epilogs of this node by a lock file."""
     now = time.time() if now is None else now
+    mine = None if gpus is None else {gpu_key(g) for g in gpus} - {None}
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -187,7 +197,9 @@ def claim_bursts(
         new = [
             Claim(b.bus, b.start, b.end, job, user)
             for b in found
-            if since - gap_s <= b.start <= until and owner(b, claims, gap_s) is None
+            if since - gap_s <= b.start <= until
+            and (mine is None or gpu_key(b.bus) in mine)
+            and owner(b, claims, gap_s) is None
         ]
         if new:
             claims = (claims + new)[-MAX_CLAIMS:]

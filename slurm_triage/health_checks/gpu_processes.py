@@ -103,10 +103,7 @@ def _job_mig_targets(
     order: GpuOrder,
 ) -> list[_Target] | CheckResult:
     """The job's GPUs and MIG devices on a node with MIG (gpu_ids.mig_gres_order)."""
-    devices = [
-        NvmlDevice(g.index, canonical_bus_id(g.bus_id), g.minor, _mig_devices(g))
-        for g in facts.gpus
-    ]
+    devices = nvml_devices(facts.gpus)
     records = mig_gres_order(devices, pci_bus_ids, order)
     if records is None:
         in_mig = [g.index for g in facts.gpus if g.mig]
@@ -136,6 +133,11 @@ def _job_mig_targets(
         key = mig_key(g.bus_id, mig) if g.bus_id is not None else None
         targets.append(_Target(label, g, key, mig.processes))
     return targets
+
+
+def nvml_devices(gpus: Sequence[GpuFacts]) -> list[NvmlDevice]:
+    """The node's GPUs as gpu_ids places them (the Prolog's check and the node Epilog)."""
+    return [NvmlDevice(g.index, canonical_bus_id(g.bus_id), g.minor, _mig_devices(g)) for g in gpus]
 
 
 def _mig_devices(g: GpuFacts) -> tuple[MigDevice, ...] | None:

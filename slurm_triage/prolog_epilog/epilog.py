@@ -3,9 +3,12 @@
 Gathers, bounded by `decision.epilog_deadline_s`: kernel-log events from 10 minutes before
 the job's end to now (XIDs, fallen off the bus, AER, MCE/EDAC, OOM kills), NVML state, and,
 when the job failed, a targeted post-job check of the suspect subsystems; writes them as
-this node's root record. The kernel events of the run before those 10 minutes, as far back
-as a hung collective lets them count (attribution/hang.py), go to a second record that the
-decision reads only when a watchdog says the job hung that long before its end.
+this node's root record. On a shared node the job's GPUs (SLURM_JOB_GPUS, placed through
+NVML) bound its evidence: XIDs on a neighbour's GPU are left out, and the application-XID
+bursts it claims are its own GPUs' (job_gpus). The kernel events of the run before those 10
+minutes, as far back as a hung collective lets them count (attribution/hang.py), go to a
+second record that the decision reads only when a watchdog says the job hung that long
+before its end.
 
 It never exits non-zero for our own trouble: Slurm drains a node whose Epilog fails, and our
 bugs must not drain nodes. It exits non-zero on purpose when a failed job's root evidence on
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from types import EllipsisType
 from typing import TYPE_CHECKING
 
 from slurm_triage.attribution import job_window
@@ -28,13 +32,17 @@ from slurm_triage.evidence import (
     EvidenceRecord,
     Fact,
     KernelEvent,
+    KernelEventKind,
     NvmlCondition,
     NvmlFact,
     Source,
     record_to_json,
 )
 from slurm_triage.evidence.store import EARLIER_STEP, EARLIER_SUFFIX, write_root_record
+from slurm_triage.gpu_ids import JobGpus, job_bus_ids
 from slurm_triage.health_checks import app_xids, registry
+from slurm_triage.health_checks.gpu_processes import nvml_devices
+from slurm_triage.health_checks.gpu_resets import gpu_key
 from slurm_triage.health_checks.kernel_log import read_kernel_events
 from slurm_triage.health_checks.result import CheckStatus
 from slurm_triage.health_checks.runner import FactError, FactSources, Run
@@ -113,17 +121,22 @@ def collect(
     end: JobEnd,
     now: float | None = None,
     events: list[KernelEvent] | None = None,
+    gpus: JobGpus | None | EllipsisType = ...,
 ) -> EvidenceRecord:
     """Root-side facts for this node and this job's window; `events` are the node's kernel
-    events (read here when None)."""
+    events and `gpus` the job's GPUs (job_gpus), each read here when not given."""
     now = time.time() if now is None else now
     window = job_window(now)
     events = kernel_events(config, end) if events is None else events
+    if isinstance(gpus, EllipsisType):
+        gpus = job_gpus(config, end, events, min(window.start, end.start_time or window.start))
     # An undated line could be from any day: it is no evidence for this job's window.
-    facts: list[Fact] = [e for e in events if e.time is not None and window.contains(e.time)]
+    facts: list[Fact] = [
+        e for e in on_job_gpus(events, gpus) if e.time is not None and window.contains(e.time)
+    ]
     log = get_logger(job_id=end.job_id, node=end.node)
     try:
-        claim_app_xids(config, end, events, now)
+        claim_app_xids(config, end, events, now, gpus)
     except Exception as exc:  # unclaimed bursts then count as the running job's, never drain
         log.warning("epilog_app_xids_unclaimed", error=f"{type(exc).__name__}: {exc}"[:200])
     if config.health.expected_gpus:
@@ -156,6 +169,22 @@ def collect(
 MAX_EARLIER_FACTS = 200
 
 
+def on_job_gpus(events: list[KernelEvent], gpus: JobGpus | None) -> list[KernelEvent]:
+    """`events` less the XIDs on GPUs of the node that were not the job's (`gpus`; None:
+    not known, all kept): on a shared node those are a neighbour's, not this job's cause."""
+    if gpus is None:
+        return events
+    return [
+        e
+        for e in events
+        if not (
+            e.event is KernelEventKind.XID
+            and e.pci_bus_id
+            and gpu_key(e.pci_bus_id) not in gpus.bus_ids
+        )
+    ]
+
+
 def earlier_record(end: JobEnd, events: list[KernelEvent], now: float) -> EvidenceRecord | None:
     """The kernel events of this run before its window (collect), back to the run's start
     and at most ROOT_REACH_S before its end: the decision lets them count only when a
@@ -177,20 +206,59 @@ def earlier_record(end: JobEnd, events: list[KernelEvent], now: float) -> Eviden
     )
 
 
-def claim_app_xids(config: Config, end: JobEnd, events: list[KernelEvent], now: float) -> None:
-    """Record this job as the owner of the application-XID bursts of its run on this node,
-    so that `gpu.xid` counts one job's repeated faults as one (health_checks.app_xids)."""
+def claim_app_xids(
+    config: Config,
+    end: JobEnd,
+    events: list[KernelEvent],
+    now: float,
+    gpus: JobGpus | None = None,
+) -> None:
+    """Record this job as the owner of the application-XID bursts of its run on its GPUs
+    `gpus` (job_gpus), so that `gpu.xid` counts one job's repeated faults as one
+    (health_checks.app_xids). A job whose GPUs are not known (or are MIG devices, whose
+    GPUs other jobs share) claims on every GPU only when it had the node to itself, else
+    none: a neighbour's claims would count one user still faulting as several users,
+    where bursts nobody claims count as one."""
     gap_s = config.health.app_xid_burst_gap_s
     found = app_xids.bursts(events, gap_s)
-    if not found:
+    mine = gpus.bus_ids if gpus is not None and not gpus.mig else None
+    if not found or (mine is None and not end.whole_node):
         return
     since = end.start_time if end.start_time is not None else job_window(now).start
     path = app_xids.ledger_path(config.paths.state_dir, end.node)
     user = str(end.uid) if end.uid >= 0 else ""
-    new = app_xids.claim_bursts(path, found, str(end.job_id), since, now, gap_s, now, user)
+    new = app_xids.claim_bursts(
+        path, found, str(end.job_id), since, now, gap_s, now, user, gpus=mine
+    )
     if new:
         log = get_logger(job_id=end.job_id, node=end.node)
         log.info("epilog_app_xids_claimed", bursts=len(new))
+
+
+def job_gpus(
+    config: Config, end: JobEnd, events: list[KernelEvent], since: float
+) -> JobGpus | None:
+    """This job's GPUs on this node: SLURM_JOB_GPUS matched to NVML's devices and sysfs's
+    GPUs in `health.slurm_gpu_order` (gpu_ids.job_bus_ids); None when not known (Slurm
+    named none, NVML or sysfs cannot place them). NVML is read only when an XID on a GPU
+    was logged since `since`: without one there is nothing to place."""
+    ids = end.scope.gpu_ids if end.scope is not None else None
+    xids = (e for e in events if e.event is KernelEventKind.XID and e.pci_bus_id)
+    if ids is None or not any(e.time is not None and e.time >= since for e in xids):
+        return None
+    sources = FactSources(config.health, end.node, config.health.check_timeout_s)
+    try:
+        nvml, host = sources.get("nvml"), sources.get("pci")
+        devices = nvml_devices(() if nvml.init_error else nvml.gpus)
+        order = config.health.slurm_gpu_order
+        found = job_bus_ids(ids, devices, host, order) if devices else None
+        error = nvml.init_error or ""
+    except Exception as exc:  # FactError, or our bug: not known, never a failed Epilog
+        found, error = None, f"{type(exc).__name__}: {exc}"
+    if found is None:
+        log = get_logger(job_id=end.job_id, node=end.node)
+        log.warning("epilog_job_gpus_unknown", gpu_ids=list(ids), error=error[:200])
+    return found
 
 
 # The Epilog's exit status when it asks Slurm to drain its node (any non-zero does).
@@ -255,8 +323,9 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
         raise KeyError(SLURM_ENV["node"])
     log = get_logger(job_id=end.job_id, node=end.node)
     events = kernel_events(config, end)
-    record = collect(config, end, now, events)
-    earlier = earlier_record(end, events, now)
+    gpus = job_gpus(config, end, events, now - ROOT_REACH_S)
+    record = collect(config, end, now, events, gpus)
+    earlier = earlier_record(end, on_job_gpus(events, gpus), now)
     # The earlier record first: the decision waits for `<node>.json` alone, then reads both.
     written = ([(earlier, EARLIER_SUFFIX)] if earlier else []) + [(record, ".json")]
     for each, suffix in written:

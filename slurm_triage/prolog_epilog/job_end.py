@@ -4,6 +4,9 @@ names, and the one JobEnd both the node Epilog and the decision take from it.
 slurm.conf(5) "Prolog and Epilog Scripts" lists what each program's environment holds:
 SLURM_JOB_EXIT_CODE2 and SLURM_JOB_RESTART_COUNT are given to the Epilog and to
 EpilogSlurmctld, SLURM_JOB_START_TIME from Slurm 23.02 on, SLURMD_NODENAME only on a node.
+The node Epilog also gets the job's GPUs on its node, SLURM_JOB_GPUS (gres_common.c
+gres_common_epilog_set_env in 22.05, gres_common_prep_set_env in 25.11, merged by
+prep_script_slurmd.c _build_env), and from 25.11 SLURM_JOB_OVERSUBSCRIBE (NO: --exclusive).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Mapping
 
 from slurm_triage import hostlist
 from slurm_triage.frozen import Frozen
+from slurm_triage.gpu_ids import JobScope, job_scope
 
 # Our name for each variable -> Slurm's.
 SLURM_ENV = {
@@ -72,6 +76,15 @@ class JobEnd(Frozen, kw_only=True):
     # A het job component's leader (SLURM_HET_JOB_ID; the leader's own id for the leader),
     # None for any other job.
     het_job_id: int | None = None
+    # The job's GPUs on this node and whether it had the node to itself, as the node
+    # Epilog's environment says (gpu_ids.job_scope); None: not read from a Slurm
+    # environment (a test, a tool), taken as the whole node.
+    scope: JobScope | None = None
+
+    @property
+    def whole_node(self) -> bool:
+        """No other job shared this node with it, as far as Slurm said (`scope`)."""
+        return self.scope is None or self.scope.whole_node
 
     @property
     def evidence_job_id(self) -> int:
@@ -116,4 +129,5 @@ class JobEnd(Frozen, kw_only=True):
             exit_signal=int(sig or 0) if exit2 else None,
             start_time=float(start) if start.isdigit() and int(start) > 0 else None,
             het_job_id=int(het) if het else None,
+            scope=job_scope(env),
         )
