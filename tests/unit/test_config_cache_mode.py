@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurm_triage.config_cache import CacheOutcome, cache_path, read_config_file, refresh_cache
+from tests.as_user import run_as
 
 NOBODY = 65534
 TEXT = '[slurm]\ntimeout_s = 4.0\n\n[notify]\nwebhook_url = "https://hooks.example/T0/secret"\n'
@@ -74,23 +75,6 @@ def test_a_reader_who_cannot_read_the_copy_parses_the_file(config: Path) -> None
     config.chmod(0o600)
     refresh_cache(config)
     config.chmod(0o644)
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover (the child)
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            try:
-                said = json.dumps(read_config_file(config))
-            except Exception as exc:
-                said = f"{type(exc).__name__}: {exc}"
-            os.write(write_end, said.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        said = pipe.read().decode()
-    os.waitpid(child, 0)
+    said = run_as(NOBODY, lambda: json.dumps(read_config_file(config)))
     assert json.loads(said) == tomllib.loads(TEXT)
     assert _copy_mode(config) == 0o600  # the reader, not its owner, wrote nothing

@@ -21,6 +21,7 @@ from slurm_triage.config import (
 )
 from slurm_triage.config_cache import CacheOutcome, cache_path, read_config_file, refresh_cache
 from slurm_triage.prolog_epilog import entry
+from tests.as_user import run_as
 from tests.unit.test_cli import (  # the guard: no real Slurm, no host writes
     BIN,
     _no_real_slurm_no_host_writes,  # noqa: F401
@@ -92,25 +93,13 @@ def test_an_unsearchable_config_directory_is_an_error(tmp_path: Path, default_at
     etc.chmod(0o700)
     tmp_path.chmod(0o755)
     default_at(etc / "config.toml")
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover (the child)
-        try:
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            try:
-                load_config(env={})
-                said = "defaults"
-            except ConfigError as exc:
-                said = str(exc)
-            os.write(write_end, said.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        said = pipe.read().decode()
-    os.waitpid(child, 0)
-    assert said == f"{etc / 'config.toml'}: permission denied"
+
+    def load() -> str:
+        load_config(env={})
+        return "defaults"
+
+    said = run_as(NOBODY, load)
+    assert said == f"ConfigError: {etc / 'config.toml'}: permission denied"
 
 
 def _logged(err: str) -> list[dict[str, str]]:

@@ -19,6 +19,7 @@ import pytest
 
 from slurm_triage.atomic import write_atomically
 from slurm_triage.observe.textfile import locked
+from tests.as_user import run_as
 
 SLURM_USER = 65534  # plays SlurmUser: owns the controller's textfile directory
 OTHER_USER = 4243  # any other user on the controller
@@ -42,26 +43,12 @@ def textfile_dir() -> Iterator[Path]:
 
 def _as_user(uid: int, body: Callable[[], None]) -> str:
     """Run `body` in a child that became `uid`: "ok", or the error it raised in one line."""
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover (the child)
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            try:
-                body()
-                said = "ok"
-            except Exception as exc:
-                said = f"{type(exc).__name__}: {exc}"
-            os.write(write_end, said.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        said = pipe.read().decode()
-    os.waitpid(child, 0)
-    return said
+
+    def done() -> str:
+        body()
+        return "ok"
+
+    return run_as(uid, done)
 
 
 def _write(textfile: Path, text: str) -> Callable[[], None]:
