@@ -14,17 +14,22 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from slurm_triage.attribution.xid import JOB_MADE_XIDS
 from slurm_triage.evidence import KernelEvent, KernelEventKind, Source
 from slurm_triage.gpu_ids import canonical_bus_id
 from slurm_triage.logs import get_logger
 
 _TIMEOUT = 10  # NVML_ERROR_TIMEOUT: the wait ended with no event
-MAX_EVENTS = 1000  # a flapping GPU must not grow the agent without bound
+# A flapping GPU must not grow the agent without bound: at most this many job-made XIDs
+# (xid.JOB_MADE_XIDS, which a job can cause as often as it likes) and, apart from them, this
+# many others, so that a storm of the first cannot push out a node-fatal one.
+MAX_EVENTS = 1000
 
 
 class XidWatch(threading.Thread):
@@ -46,7 +51,8 @@ class XidWatch(threading.Thread):
         self._nvml, self._node, self._window_s = nvml, node, window_s
         self._on_xid = on_xid  # the agent's: its kept facts predate the XID
         self._poll_ms, self._retry_s, self._clock = poll_ms, retry_s, clock
-        self._events: collections.deque[KernelEvent] = collections.deque(maxlen=MAX_EVENTS)
+        self._job_made: collections.deque[KernelEvent] = collections.deque(maxlen=MAX_EVENTS)
+        self._others: collections.deque[KernelEvent] = collections.deque(maxlen=MAX_EVENTS)
         self._lock = threading.Lock()
         # Holding NVML (initialised, events registered) or not, paused by release_nvml or
         # stopping: changed under one condition, so pause() knows when NVML is let go.
@@ -59,7 +65,8 @@ class XidWatch(threading.Thread):
         """The XIDs seen within the window, oldest first (called from the Prolog's runs)."""
         since = self._clock() - self._window_s
         with self._lock:
-            return tuple(e for e in self._events if e.time is not None and e.time >= since)
+            kept = heapq.merge(self._job_made, self._others, key=_seen_at)
+            return tuple(e for e in kept if e.time is not None and e.time >= since)
 
     def stop(self, timeout_s: float = 3.0) -> None:
         with self._state:
@@ -170,10 +177,14 @@ class XidWatch(threading.Thread):
             detail=f"NVML event: XID {xid}",
         )
         with self._lock:
-            self._events.append(seen)
+            (self._job_made if xid in JOB_MADE_XIDS else self._others).append(seen)
         self._log.warning("agent_xid_event", xid=xid, pci_bus_id=bus)
         if self._on_xid is not None:
             self._on_xid()
+
+
+def _seen_at(event: KernelEvent) -> float:
+    return event.time if event.time is not None else 0.0
 
 
 def _kernel_bdf(bus_id: Any) -> str | None:

@@ -48,9 +48,8 @@ from datetime import UTC, datetime, tzinfo
 
 from slurm_triage.attribution.kernel_lines import KernelLine, continued_lines, split_line
 from slurm_triage.attribution.tail import DEFAULT_TAIL_BYTES, decode_tail, read_tail
-from slurm_triage.attribution.xid import XID_CATALOGUE
+from slurm_triage.attribution.xid import JOB_MADE_XIDS
 from slurm_triage.evidence import KernelEvent, KernelEventKind, Source
-from slurm_triage.taxonomy import NodeAction
 
 _K = KernelEventKind
 _NHC_TAGS = re.compile(r"^(?:nhc|NHC)(?:\(.*\))?$")
@@ -182,13 +181,10 @@ _NHC = re.compile(r"^(?:ERROR: +[\w().-]+: +)?Health check failed: +(?P<what>\S.
 # facts, stay within an evidence record's MAX_FACTS (1000).
 MAX_EVENTS = 300
 _REPEAT_S = 60.0  # the same non-XID event on the same device within this is one event
-# What a job can make the kernel print as often as it likes: application XIDs (XID 13 prints a
-# line per trapped SM, hundreds per fault), the 43/45 that follow them (node action none in
-# the catalogue), and OOM kills (one per killed process). They are kept apart from the rest so
-# that a storm of them cannot push out the node-fatal event logged before it.
-_JOB_MADE_XIDS = frozenset(
-    n for n, row in XID_CATALOGUE.items() if row.node_action is NodeAction.NONE
-)
+# A job can make the kernel print application XIDs (XID 13 prints a line per trapped SM,
+# hundreds per fault) and OOM kills (one per killed process) as often as it likes: they are
+# kept apart from the rest so that a storm of them cannot push out the node-fatal event
+# logged before it.
 
 
 def parse_kernel_lines(
@@ -410,7 +406,7 @@ class _Reader:
             pci_bus_id=bdf,
             detail=detail[:300],
         )
-        job_made = kind is _K.OOM_KILL or (kind is _K.XID and xid in _JOB_MADE_XIDS)
+        job_made = kind is _K.OOM_KILL or (kind is _K.XID and xid in JOB_MADE_XIDS)
         (self.job_made if job_made else self.node_level).append((self.emitted, event))
         self.emitted += 1
 

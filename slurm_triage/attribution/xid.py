@@ -196,6 +196,10 @@ XID_CATALOGUE: dict[int, XidInfo] = {
     r[0]: XidInfo(r[0], r[1], r[2], r[5], r[6], r[7], r[8], r[9], r[3], r[4]) for r in _ROWS
 }
 APPLICATION_XIDS = frozenset(n for n, row in XID_CATALOGUE.items() if row.origin is _APP)
+# What a job can make the driver report as often as it likes: the application XIDs and what
+# follows them (45, the channel's teardown): node action none. Kept apart from the rest
+# wherever events are bounded, so that a storm of them cannot push out a node-fatal XID.
+JOB_MADE_XIDS = frozenset(n for n, row in XID_CATALOGUE.items() if row.node_action is _NONE)
 
 UNKNOWN_XID = XidInfo(
     0, "UNKNOWN", "XID not in this catalogue", Origin.UNKNOWN, _DRIVER, _WATCH, False, 0

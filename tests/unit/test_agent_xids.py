@@ -96,3 +96,30 @@ def test_nvml_that_cannot_start_is_retried_not_fatal(estate: NodeEstate) -> None
     finally:
         watcher.stop()
     assert not watcher.is_alive()
+
+
+def test_a_storm_of_application_xids_keeps_the_fatal_xid_before_it() -> None:
+    """More XID 13 events than MAX_EVENTS after an XID 48: the 48 is still seen, with the
+    newest MAX_EVENTS of the storm, in the order they came."""
+    from types import SimpleNamespace
+
+    from slurm_triage.agent.xids import MAX_EVENTS
+
+    critical = 8  # nvmlEventTypeXidCriticalError
+    nvml = SimpleNamespace(
+        nvmlEventTypeXidCriticalError=critical, nvmlDeviceGetIndex=lambda device: device
+    )
+    now = [1000.0]
+    watcher = XidWatch(nvml, "node1", window_s=600, clock=lambda: now[0])
+    buses = {0: "0000:18:00", 3: "0000:5d:00"}
+
+    def event(xid: int, gpu: int) -> None:
+        now[0] += 0.01
+        watcher._record(SimpleNamespace(eventType=critical, eventData=xid, device=gpu), buses)
+
+    event(48, 3)
+    for _ in range(MAX_EVENTS + 20):
+        event(13, 0)
+    seen = watcher.recent()
+    assert [e.xid for e in seen] == [48] + [13] * MAX_EVENTS
+    assert [e.time for e in seen] == sorted(e.time for e in seen)  # type: ignore[type-var]
