@@ -203,7 +203,7 @@ def parse_kernel_lines(
     newest MAX_EVENTS others: a burst of hundreds of application XIDs must hide neither the
     XID 79 after it nor the XID 48 before it."""
     reader = _Reader(node, source)
-    year = year or datetime.now(UTC).year
+    year = year or datetime.now(tz).year
     for raw in lines:
         reader.feed(split_line(raw, year=year, tz=tz, boot_time=boot_time))
     return reader.events()

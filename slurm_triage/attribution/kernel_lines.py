@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
+from slurm_triage.attribution.yearless import yearless_epoch
+
 _MONTHS = {
     m: i
     for i, m in enumerate(
@@ -184,11 +186,7 @@ def _wall(
     if mon not in _MONTHS:
         return None
     micro = int((frac or "0")[:6].ljust(6, "0"))
-    try:
-        moment = datetime(year, _MONTHS[mon], int(day), int(h), int(mi), int(s), micro)
-    except ValueError:
-        return None
-    return moment.replace(tzinfo=tz).timestamp() if tz is not None else moment.timestamp()
+    return yearless_epoch(year, _MONTHS[mon], int(day), (int(h), int(mi), int(s), micro), tz)
 
 
 def _iso(stamp: str, zone: str | None, tz: tzinfo | None) -> float | None:

@@ -40,6 +40,7 @@ from slurm_triage.attribution.tail import (  # noqa: F401 (this module's public 
     read_tail,
 )
 from slurm_triage.attribution.tiers import Tier
+from slurm_triage.attribution.yearless import yearless_epoch
 from slurm_triage.evidence import Fact, LogHit, RootException, Source
 from slurm_triage.frozen import Frozen
 
@@ -95,7 +96,7 @@ def scan_log(
     exception, with the work the scan did; see the module's docstring for its bounds.
     `since`: when the run that ended started (the decision's); the lines of earlier runs
     of a requeued job, appended to the same file, are not read (this_runs_lines)."""
-    year = year or datetime.now(UTC).year
+    year = year or datetime.now(tz).year
     if since is not None:
         lines = this_runs_lines(lines, since, year, tz)
     root = tracebacks.find_root(lines)
@@ -530,12 +531,10 @@ def _iso_time(found: re.Match[str], tz: tzinfo | None) -> float | None:
 
 
 def _glog_time(found: re.Match[str], year: int, tz: tzinfo | None) -> float | None:
-    try:
-        mo, d, h, mi, s = (int(g) for g in found.groups()[:5])
-        frac = float(f"0.{found.group(6)}") if found.group(6) else 0.0
-        return _epoch(datetime(year, mo, d, h, mi, s), tz) + frac
-    except ValueError:
-        return None
+    mo, d, h, mi, s = (int(g) for g in found.groups()[:5])
+    frac = float(f"0.{found.group(6)}") if found.group(6) else 0.0
+    when = yearless_epoch(year, mo, d, (h, mi, s, 0), tz)
+    return when + frac if when is not None else None
 
 
 def _zone(text: str | None) -> tzinfo | None:
