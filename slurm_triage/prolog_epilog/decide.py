@@ -171,14 +171,19 @@ def decide(
     job: JobInfo | None = None,
     *,
     clock: Clock = SYSTEM_CLOCK,
+    settle: bool = True,
 ) -> Outcome:
     """Decide one job end; `job` is the controller's view if the caller has just read it.
     A het job is decided once, at its leader's end, over every component's nodes: a
-    component's own end is not decided (het_component)."""
+    component's own end is not decided (het_component). `settle`: an expedited failure may
+    wait for Slurm to settle it (never in the hook, where it cannot settle)."""
     if _left_to_het_leader(end):
         return Outcome(end.job_id, decided=False)
+    run = read_ended_run(
+        config, end, door, job or door.job(end.job_id), clock, clock.monotonic(), settle=settle
+    )
+    # The decision's own time starts once Slurm has settled what it does with the run.
     started = clock.monotonic()
-    run = read_ended_run(config, end, door, job or door.job(end.job_id), clock, started)
     end = run.end
     log = get_logger(job_id=end.job_id, restart=end.restart)
     owner = f"{os.uname().nodename}:{os.getpid()}"  # gethostname(2), without socket
@@ -353,11 +358,17 @@ def _left_to_het_leader(end: JobEnd) -> bool:
 
 
 def _decide_with_journal(
-    config: Config, end: JobEnd, door: SlurmDoor, env: dict[str, str], job: JobInfo, clock: Clock
+    config: Config,
+    end: JobEnd,
+    door: SlurmDoor,
+    env: dict[str, str],
+    job: JobInfo,
+    clock: Clock,
+    settle: bool = True,
 ) -> Outcome:
     journal = Journal(config.decision.journal, config.decision.journal_busy_timeout_s)
     try:
-        return decide(config, end, door, journal, env, job, clock=clock)
+        return decide(config, end, door, journal, env, job, clock=clock, settle=settle)
     finally:
         journal.close()
 
@@ -372,9 +383,9 @@ def _decide_detached(
         if detach():
             log.info("decision_detached", why="an expedited requeue waits for this hook")
             return
-    except OSError as exc:  # cannot fork: decide here, as for any other job
+    except OSError as exc:  # cannot fork: decide here, leaving the requeue to Slurm
         log.warning("decision_not_detached", error=str(exc))
-        _decide_with_journal(config, end, door, env, job, clock)
+        _decide_with_journal(config, end, door, env, job, clock, settle=False)
         return
     import logging  # for its shutdown only, in the detached process
 

@@ -29,8 +29,9 @@ CLOCK_SLACK_S = 5.0
 # COMPLETING until its processes are gone (up to KillWait, 30 s by default, after SIGTERM)
 # and every node's Epilog has ended (ours within decision.epilog_deadline_s plus the
 # breaker's settle time; a site's own may run longer). The detached process costs nothing
-# while it waits; asked of slurmctld every SETTLE_POLL_S at most.
-EXPEDITED_SETTLE_S = 600.0
+# while it waits, but the decider's thread holds one of its slots and a stop waits for it:
+# three minutes. Asked of slurmctld every SETTLE_POLL_S at most.
+EXPEDITED_SETTLE_S = 180.0
 SETTLE_POLL_S = (0.05, 2.0)
 _RUNNING_AGAIN = frozenset(
     {
@@ -156,13 +157,20 @@ class EndedRun(Frozen):
 
 
 def read_ended_run(
-    config: Config, end: JobEnd, door: SlurmDoor, job: JobInfo, clock: Clock, started: float
+    config: Config,
+    end: JobEnd,
+    door: SlurmDoor,
+    job: JobInfo,
+    clock: Clock,
+    started: float,
+    *,
+    settle: bool = True,
 ) -> EndedRun:
     """Read what Slurm says of this end (`started`: the decision's monotonic start). Only the
-    detached decision of an expedited failure waits for Slurm to settle it: in the hook the
-    job stays COMPLETING until the hook ends, whatever else happens."""
-    waited = expedited_failure(job, end)
-    if waited:
+    detached decision of an expedited failure waits (`settle`) for Slurm to settle it: in the
+    hook the job stays COMPLETING until the hook ends, whatever else happens."""
+    expedited = expedited_failure(job, end)
+    if expedited and settle:
         job = _settled(door, job, started + EXPEDITED_SETTLE_S, clock)
     if end.exit_code is None:
         end = replace(end, exit_code=job.exit_code, exit_signal=job.exit_signal)
@@ -176,14 +184,14 @@ def read_ended_run(
         and job.restart_count > end.restart
         and (job.state is JobState.REQUEUE_HOLD or job.state_reason == SLURM_HELD_REQUEUE_REASON)
     )
-    unsettled = waited and job.state is JobState.COMPLETING
+    unsettled = expedited and job.state is JobState.COMPLETING
     # An expedited requeue is decided after the hook that read the ended run's restart count
     # (detached): a higher count now means Slurm requeued that run, whatever the next run is
     # doing by now (it may even have finished).
     requeued_since = job.expedited_requeue and job.restart_count > end.restart
     if unsettled:  # Slurm will requeue it (restart or hold) once it settles: never we
         get_logger(job_id=end.job_id).warning(
-            "decision_expedited_unsettled", waited_s=EXPEDITED_SETTLE_S
+            "decision_expedited_unsettled", waited_s=EXPEDITED_SETTLE_S if settle else 0.0
         )
     state = (
         EndState(JobState.REQUEUED)

@@ -239,9 +239,13 @@ def job_gpus(
     config: Config, end: JobEnd, events: list[KernelEvent], since: float
 ) -> JobGpus | None:
     """This job's GPUs on this node: SLURM_JOB_GPUS matched to NVML's devices and sysfs's
-    GPUs in `health.slurm_gpu_order` (gpu_ids.job_bus_ids); None when not known (Slurm
-    named none, NVML or sysfs cannot place them). NVML is read only when an XID on a GPU
-    was logged since `since`: without one there is nothing to place."""
+    GPUs in `health.slurm_gpu_order` (gpu_ids.job_bus_ids); None when every GPU counts as
+    the job's (it had the node to itself: no neighbour, and without ConstrainDevices it
+    could use them all) or when not known (Slurm named none, NVML or sysfs cannot place
+    them). NVML is read only when an XID on a GPU was logged since `since`: without one
+    there is nothing to place."""
+    if end.whole_node:
+        return None
     ids = end.scope.gpu_ids if end.scope is not None else None
     xids = (e for e in events if e.event is KernelEventKind.XID and e.pci_bus_id)
     if ids is None or not any(e.time is not None and e.time >= since for e in xids):
@@ -323,7 +327,8 @@ def run_epilog(config: Config, env: dict[str, str] | None = None) -> int:
         raise KeyError(SLURM_ENV["node"])
     log = get_logger(job_id=end.job_id, node=end.node)
     events = kernel_events(config, end)
-    gpus = job_gpus(config, end, events, now - ROOT_REACH_S)
+    reach = now - ROOT_REACH_S
+    gpus = job_gpus(config, end, events, min(reach, end.start_time or reach))
     record = collect(config, end, now, events, gpus)
     earlier = earlier_record(end, on_job_gpus(events, gpus), now)
     # The earlier record first: the decision waits for `<node>.json` alone, then reads both.

@@ -218,3 +218,23 @@ def test_the_earlier_record_leaves_out_the_neighbours_xids(node, monkeypatch) ->
     epilog.run_epilog(config, env)
     earlier = parse_record(written[".earlier.json"])
     assert {getattr(f, "pci_bus_id", None) for f in earlier.facts} == {GPU0}
+
+
+def test_a_job_with_the_node_to_itself_keeps_every_gpus_xids(node) -> None:  # type: ignore[no-untyped-def]
+    """`--exclusive --gres=gpu:1`: no neighbour, and without ConstrainDevices the job could
+    use every GPU: an XID on GPU 3 stays in its record, and its Epilog still drains."""
+    config, estate = node
+    now = time.time()
+    (xid31,) = driver_log.xid_lines(31, GPU3)
+    estate.kernel_line(xid31, now - 30)
+    env = epilog_env(
+        100,
+        1100,
+        now - 500,
+        SLURM_JOB_GPUS="0",
+        SLURM_JOB_OVERSUBSCRIBE="NO",
+        SLURM_JOB_EXIT_CODE2="1:0",
+    )
+    facts = collect(config, JobEnd.from_env(env, now), now).facts
+    buses = {f.pci_bus_id for f in facts if isinstance(f, KernelEvent)}
+    assert GPU3 in buses

@@ -16,6 +16,7 @@ import pytest
 from slurm_triage.clock import Clock
 from slurm_triage.config import Config
 from slurm_triage.evidence import RootException
+from slurm_triage.prolog_epilog import decide as decide_module
 from slurm_triage.prolog_epilog import ended_run
 from slurm_triage.prolog_epilog.job_end import JobEnd
 from slurm_triage.slurm import JobState
@@ -213,3 +214,54 @@ def test_an_expedited_failure_slurm_never_settles_is_left_to_slurm(tmp_path: Pat
     )
     assert run.end.restart == 0 and now[0] >= ended_run.EXPEDITED_SETTLE_S
     assert door.methods().count("job") < ended_run.EXPEDITED_SETTLE_S / 2 + 10
+
+
+@needs_root
+def test_the_evidence_budget_starts_once_slurm_has_settled(cluster: Cluster) -> None:
+    """Slurm settled 40 s after the hook (KillWait, slow Epilogs): the wrapper's records are
+    still read (the budget is the decision's, not the wait's), so the NCCL timeout is read
+    and the held job released, not decided `unknown` on no evidence."""
+    cluster.user_record("node1", *nccl_timeout("node1"))
+    cluster.door.end_job(JOB, "FAILED", exit_code=1)
+    # The store's reads check their deadline against the real monotonic clock: this clock
+    # starts 40 s behind it and catches up as the decision waits, so when Slurm settles the
+    # two agree, as if those 40 s had passed.
+    waited = [0.0]
+
+    def sleep(seconds: float) -> None:
+        waited[0] += seconds
+        if waited[0] >= 40 and cluster.door.jobs[JOB].state is JobState.COMPLETING:
+            cluster.door.finish_expedited_requeue(JOB, epilog_failed=False)
+
+    clock = Clock(monotonic=lambda: time.monotonic() - 40 + waited[0], sleep=sleep)
+    ending = JobEnd(job_id=JOB, restart=0, nodes=NODES, uid=USER, exit_code=1, ended_at=time.time())
+    out = decide_module.decide(
+        cluster.config, ending, cluster.door, cluster.journal, {}, clock=clock
+    )
+    assert out.attribution is not None and out.attribution.cause is Cause.NCCL_TIMEOUT
+    assert cluster.door.methods().count("release") == 1
+
+
+@needs_root
+def test_a_hook_that_cannot_fork_leaves_the_expedited_failure_to_slurm(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No fork (EAGAIN in a mass failure): the decision runs in the hook, where Slurm cannot
+    settle the job, so it does not wait for it, and requeues nothing itself."""
+
+    def no_fork() -> bool:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(decide_module, "detach", no_fork)
+    cluster.door.end_job(JOB, "FAILED", exit_code=1)
+    env = {
+        "SLURM_JOB_ID": str(JOB),
+        "SLURM_JOB_UID": str(USER),
+        "SLURM_JOB_EXIT_CODE2": "1:0",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+    }
+    slept: list[float] = []
+    clock = Clock(sleep=slept.append)
+    assert decide_module.decide_from_env(cluster.config, env, cluster.door, clock=clock) is None
+    assert sum(slept) < 10 and "requeue" not in cluster.door.methods()
+    assert cluster.row(0).state == "REQUEUED"
