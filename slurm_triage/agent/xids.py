@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slurm_triage.attribution.xid import JOB_MADE_XIDS
 from slurm_triage.evidence import KernelEvent, KernelEventKind, Source
 from slurm_triage.gpu_ids import canonical_bus_id
+from slurm_triage.health_checks.nvml_xids import JOB_MADE_XIDS
 from slurm_triage.logs import get_logger
 
 _TIMEOUT = 10  # NVML_ERROR_TIMEOUT: the wait ended with no event

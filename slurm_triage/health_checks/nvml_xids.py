@@ -14,8 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slurm_triage.attribution.xid import JOB_MADE_XIDS
 from slurm_triage.evidence import KernelEvent, KernelEventKind
 from slurm_triage.health_checks.gpu_resets import gpu_key
+
+# The XIDs a job can make NVML report as often as it likes: the watcher keeps them apart
+# from the rest (agent.xids), as the kernel parser does.
+__all__ = ["JOB_MADE_XIDS", "SAME_FAULT_S", "merge"]
 
 # A kernel line and an NVML event this close, same XID, same GPU: one fault seen twice.
 SAME_FAULT_S = 10.0
