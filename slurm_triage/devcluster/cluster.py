@@ -486,6 +486,13 @@ def up(
     layout = layout or default_layout()
     if os.geteuid() != 0:
         raise DevClusterError("the dev cluster runs Slurm daemons as root; run as root")
+    ctld_alive = any(s.alive for s in daemon_status(layout) if s.name == "slurmctld")
+    if not ctld_alive and controller_state_lost(layout.spool / "ctld"):
+        progress(
+            f"the cluster in {layout.root} was killed before it saved its state; starting afresh"
+        )
+        log.warning("devcluster_state_lost", root=str(layout.root))
+        down(layout)
     ensure_packages(layout, progress)
     ensure_users()
     before = layout.slurm_conf.read_text() if layout.slurm_conf.exists() else ""
@@ -525,6 +532,15 @@ def up(
     _wait_for_nodes(layout, timeout_s - (time.monotonic() - started))
     log.info("devcluster_up", root=str(layout.root), seconds=round(time.monotonic() - started, 1))
     return layout
+
+
+def controller_state_lost(ctld_spool: Path) -> bool:
+    """Whether slurmctld left a state it cannot start from: it names its cluster at once but
+    saves association usage only at its periodic save or its shutdown, so one killed in its
+    first minutes leaves `clustername` without `assoc_usage`, which 25.11 refuses to start
+    from ("fatal: No Assoc usage file ... to recover", assoc_mgr.c) and 22.05 ignores.
+    Its job ids would also restart under the accounting of the killed run's jobs."""
+    return (ctld_spool / "clustername").exists() and not (ctld_spool / "assoc_usage").exists()
 
 
 def start_slurmd(layout: cf.ClusterLayout, node: str) -> None:

@@ -130,3 +130,16 @@ def test_power_cycle_of_a_node_with_boot_hang_leaves_slurmd_stopped(tmp_path: Pa
     old, started = _power_cycle(tmp_path, hang=True)
     assert old.wait(timeout=5) == -signal.SIGTERM
     assert not started.exists()
+
+
+def test_a_controller_killed_before_its_first_save_left_a_state_it_cannot_start_from(
+    tmp_path: Path,
+) -> None:
+    spool = tmp_path / "ctld"
+    spool.mkdir()
+    assert not cluster.controller_state_lost(spool)  # never started: a fresh start
+    (spool / "clustername").write_text("triage-dev\n")
+    (spool / "job_state").write_bytes(b"\0")
+    assert cluster.controller_state_lost(spool)
+    (spool / "assoc_usage").write_bytes(b"\0")
+    assert not cluster.controller_state_lost(spool)  # saved: slurmctld recovers it
