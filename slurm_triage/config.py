@@ -121,6 +121,9 @@ class HealthConfig(Frozen):
     # 18 is an HGX H100 SXM's full set (docs/health-checks.md).
     nvlinks_per_gpu: int = field(default=-1, metadata=_range(-1, 36))
     kernel_log: str = "/dev/kmsg"
+    # Where a root reader of /dev/kmsg keeps its measure of the kernel's clock for an hour
+    # (a mark line in the log each time it measures); "" dates kmsg as `dmesg -T` does.
+    kernel_clock_cache: str = "/run/slurm-triage-kmsg-clock.json"
     # XIDs and MCE/EDAC lines count when younger than this (the taxonomy's 10 min window).
     kernel_window_s: float = field(default=600.0, metadata=_range(1, 86400 * 7))
     # An application XID (13, 31, 43, 68, 69, 137) fails a GPU only when jobs of this many

@@ -68,6 +68,9 @@ def _no_host_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             monkeypatch.delenv(var)
     monkeypatch.setenv("SLURM_TRIAGE_CONFIG", str(tmp_path / "absent-config.toml"))
     (tmp_path / "absent-config.toml").write_text("")
+    # A test reading this host's /dev/kmsg as root never writes a clock mark into it (nor
+    # keeps the measure in /run), in this process or in the programs it starts.
+    monkeypatch.setenv("SLURM_TRIAGE__HEALTH__KERNEL_CLOCK_CACHE", "")
 
 
 @pytest.fixture(scope="session")

@@ -13,13 +13,15 @@ import errno
 import os
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from slurm_triage.attribution.kernel import parse_kernel_file, parse_kernel_lines
 from slurm_triage.attribution.xid import NodeAction, lookup, names_recovery_action
 from slurm_triage.config import HealthConfig
 from slurm_triage.evidence import KernelEvent, KernelEventKind
-from slurm_triage.health_checks import app_xids, gpu_resets
+from slurm_triage.health_checks import app_xids, gpu_resets, kmsg_clock
+from slurm_triage.health_checks.kmsg_clock import KmsgClock
 from slurm_triage.health_checks.result import Action, CheckResult, Severity, fail, ok, warn
 
 MAX_KMSG_RECORDS = 200_000
@@ -33,13 +35,33 @@ _CHECK_ACTION = {
 }
 
 
-def read_kernel_events(path: str, node: str | None) -> list[KernelEvent]:
-    """Kernel events from `/dev/kmsg` (record by record, non-blocking) or a log file's tail."""
+def read_kernel_events(path: str, node: str | None, *, clock_cache: str = "") -> list[KernelEvent]:
+    """Kernel events from `/dev/kmsg` (record by record, non-blocking) or a log file's tail.
+    kmsg's stamps are dated by its clock as measured (kmsg_clock), kept in `clock_cache`;
+    without a cache they are dated as `dmesg -T` dates them."""
     if os.path.basename(path) == "kmsg" and path.startswith("/dev/"):
-        boot_time = time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)
-        return parse_kernel_lines(_read_kmsg(path), node=node, boot_time=boot_time)
+        records, clock = _read_kmsg_clock(path, Path(clock_cache) if clock_cache else None)
+        boot_time = clock.boot_time(time.time(), time.clock_gettime(time.CLOCK_MONOTONIC))
+        return parse_kernel_lines(records, node=node, boot_time=boot_time)
     # A zone-less stamp in this node's own log is this node's local time.
     return parse_kernel_file(path, node=node, tail_bytes=TAIL_BYTES, tz=None)
+
+
+def _read_kmsg_clock(path: str, cache: Path | None) -> tuple[list[str], KmsgClock]:
+    """The records, and the kmsg clock: kept, else measured by a mark written before the
+    read (so the read meets it), else assumed to be CLOCK_MONOTONIC."""
+    if cache is None:
+        return _read_kmsg(path), kmsg_clock.ASSUMED
+    boot, now = kmsg_clock.boot_id(), time.time()
+    if kept := kmsg_clock.load(cache, boot, now):
+        return _read_kmsg(path), kept
+    mark = kmsg_clock.write_mark(path)
+    records = _read_kmsg(path)
+    measured = kmsg_clock.read_mark(records, mark) if mark else None
+    if measured is None:
+        return records, kmsg_clock.ASSUMED
+    kmsg_clock.save(cache, boot, measured, now)
+    return records, measured
 
 
 def _read_kmsg(path: str) -> list[str]:

@@ -91,7 +91,12 @@ class FactSources:
             "gpu_processes": lambda: self._gpu_processes(nvml),
             "pci": lambda: read_pci_gpus(node_path(c.sysfs_root, node)),
             "kernel": lambda: nvml_xids_merge(
-                kernel_log.read_kernel_events(node_path(c.kernel_log, node), node), watched()
+                kernel_log.read_kernel_events(
+                    node_path(c.kernel_log, node),
+                    node,
+                    clock_cache=node_path(c.kernel_clock_cache, node),
+                ),
+                watched(),
             ),
             "ib": lambda: infiniband.read_ports(node_path(c.sysfs_root, node), c.ib_ports),
             "mounts": lambda: mounts.probe_mounts(

@@ -109,7 +109,12 @@ def nvml_facts(config: Config, node: str, now: float) -> list[Fact]:
 def kernel_events(config: Config, end: JobEnd) -> list[KernelEvent]:
     """This node's kernel events; none when its kernel log cannot be read."""
     try:
-        return read_kernel_events(node_path(config.health.kernel_log, end.node), end.node)
+        health = config.health
+        return read_kernel_events(
+            node_path(health.kernel_log, end.node),
+            end.node,
+            clock_cache=node_path(health.kernel_clock_cache, end.node),
+        )
     except Exception as exc:  # a missing or unreadable kernel log is not fatal here
         log = get_logger(job_id=end.job_id, node=end.node)
         log.warning("epilog_kernel_log_unreadable", error=str(exc)[:200])
