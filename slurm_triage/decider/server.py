@@ -55,23 +55,37 @@ Decide = Callable[..., Any]
 class Decider:
     """What the decider holds between requests, and how it answers one connection."""
 
-    def __init__(self, config: Config, decide: Decide) -> None:
+    def __init__(self, config: Config, decide: Decide, *, settle_s: float = 0.0) -> None:
+        """`settle_s`: the most a detached decision waits for Slurm before deciding (the
+        expedited requeue's settle, prolog_epilog.ended_run.EXPEDITED_SETTLE_S)."""
         self.config, self.decide = config, decide
         self._allowed = {0, os.geteuid(), *config.decider.allowed_uids}
         self._slots = threading.BoundedSemaphore(config.decider.max_concurrent)
         decision = config.decision
         self.wait_s = decision.deadline_s + decision.wait_for_nodes_s + ANSWER_MARGIN_S
+        self.settle_s = settle_s
+        self._detached_lock = threading.Lock()
+        self._detached = 0  # detached decisions in flight
         self._log = get_logger(component="decider")
 
+    @property
+    def stop_wait_s(self) -> float:
+        """The longest a stop waits: one decision's wait, plus the settle while a detached
+        decision is in flight (it claims its job end only after the settle, so one cut
+        there is nobody's: a job Slurm requeued held would stay held)."""
+        with self._detached_lock:
+            return self.wait_s + (self.settle_s if self._detached else 0.0)
+
     def wait_for_in_flight(self) -> int:
-        """Wait for the decisions in flight, up to one decision's wait (their threads are
-        daemons: stopping would otherwise cut a decision between its actions and its
-        journal row); how many did not finish."""
-        deadline = time.monotonic() + self.wait_s
+        """Wait for the decisions in flight, up to stop_wait_s (their threads are daemons:
+        stopping would otherwise cut a decision between its actions and its journal row);
+        how many did not finish."""
+        started = time.monotonic()
         slots = self.config.decider.max_concurrent
         for taken in range(slots):
-            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                return slots - taken
+            while not self._slots.acquire(timeout=1.0):
+                if time.monotonic() - started >= self.stop_wait_s:
+                    return slots - taken
         return 0
 
     def handle(self, conn: socket.socket) -> None:
@@ -114,6 +128,8 @@ class Decider:
         detached = threading.Event()
 
         def detach() -> None:
+            with self._detached_lock:
+                self._detached += 1
             detached.set()
             _send(conn, protocol.encode_detached())
 
@@ -124,6 +140,10 @@ class Decider:
             except Exception as exc:  # decide_from_env raises none of its own errors
                 log.error("role_crashed", error=f"{type(exc).__name__}: {exc}")
                 how = DecidedHow.FAILED
+            finally:
+                if detached.is_set():
+                    with self._detached_lock:
+                        self._detached -= 1
         cpu_s = time.thread_time() - cpu_started
         log.info(
             "role_done",
@@ -174,16 +194,18 @@ def serve(listener: Listener, decider: Decider, stop: threading.Event) -> None:
     )
 
 
-def run_decider(config: Config, decide: Decide, socket_path: str | None = None) -> int:
+def run_decider(
+    config: Config, decide: Decide, socket_path: str | None = None, *, settle_s: float = 0.0
+) -> int:
     """The decider's life: listen, serve until SIGTERM or SIGINT, then let the decisions
-    in flight finish (up to their wait). ListenError (exit 2) when the socket cannot be
-    had."""
+    in flight finish (up to their wait, Decider.stop_wait_s). ListenError (exit 2) when the
+    socket cannot be had."""
     log = get_logger(component="decider")
     for line in deprecations(config):
         log.warning("config_deprecated_key", detail=line)
     path = socket_path or config.decider.socket
     listener = bind_socket(path, setting="decider.socket", daemon="decider")
-    decider = Decider(config, decide)
+    decider = Decider(config, decide, settle_s=settle_s)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from slurm_triage.config import Config, load_config
-from slurm_triage.decider import client, protocol
+from slurm_triage.decider import client, protocol, server
 from slurm_triage.decider.client import Outcome
 from slurm_triage.decider.protocol import DecidedHow
 from slurm_triage.decider.server import Decider, serve
@@ -40,6 +40,7 @@ from slurm_triage.evidence import (
 from slurm_triage.logs import setup_logging
 from slurm_triage.prolog_epilog import entry
 from slurm_triage.prolog_epilog.decide import decide_from_env
+from slurm_triage.prolog_epilog.ended_run import EXPEDITED_SETTLE_S
 from slurm_triage.slurm import JobState
 from slurm_triage.testing import FakeDoor, job_info, node_infos
 from slurm_triage.unix_socket.listen import bind_socket
@@ -215,6 +216,49 @@ def test_an_expedited_requeue_is_answered_detached_and_decided_after(
     assert [(r[0], r[8]) for r in rows] == [(21, "gpu_unavailable")]
     (done,) = controller.events("role_done")
     assert done["detached"] is True and done["outcome"] == "decided"
+
+
+@pytest.mark.parametrize("detaches", [True, False])
+def test_a_stop_waits_through_a_detached_decisions_settle(
+    detaches: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A detached decision (an expedited requeue waiting for Slurm to settle it) claims its
+    job end only after the settle: a stop waits for it up to one decision's wait plus the
+    settle. A stop with only decisions the hook waits for waits one decision's wait."""
+    monkeypatch.setattr(server, "ANSWER_MARGIN_S", 0.0)
+    ctl = Controller(tmp_path)
+    config = replace(ctl.config, decision=replace(ctl.config.decision, deadline_s=1.0))
+    in_flight, release = threading.Event(), threading.Event()
+
+    def decide(_config: Config, _env: dict[str, str], *, detached: Callable[[], None]) -> None:
+        if detaches:
+            detached()
+        in_flight.set()
+        release.wait(10)
+
+    decider = Decider(config, decide, settle_s=2.5)
+    listener = bind_socket(config.decider.socket)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(listener, decider, stop), daemon=True)
+    thread.start()
+    asking = threading.Thread(target=client.ask_decider, args=(ctl.end(41, "FAILED", 1),))
+    asking.start()
+    assert in_flight.wait(5)
+    stop.set()
+    thread.join(5)
+    listener.close()
+    threading.Timer(2.0, release.set).start()  # the settle ends after one decision's wait
+    started = time.monotonic()
+    unfinished = decider.wait_for_in_flight()
+    waited = time.monotonic() - started
+    asking.join(10)
+    assert decider.wait_s == 1.0
+    if detaches:
+        assert (unfinished, decider.stop_wait_s) == (0, 1.0)  # the settle ended: no longer added
+        assert 1.8 < waited < 3.0
+    else:
+        assert unfinished == 1
+        assert 0.9 < waited < 1.9
 
 
 def test_with_run_in_first_node_epilog_the_decider_decides_nothing(tmp_path: Path) -> None:
@@ -585,7 +629,8 @@ def test_the_systemd_unit_runs_the_decider_as_slurm_user_in_its_runtime_director
     assert service["Type"] == "notify" and service["Restart"] == "on-failure"
     assert service["User"] == "slurm" and service["RestartPreventExitStatus"] == "2"
     assert f"/run/{service['RuntimeDirectory']}" == os.path.dirname(protocol.DEFAULT_SOCKET)
-    assert float(service["TimeoutStopSec"]) > Decider(Config(), lambda *_: None).wait_s
+    decider = Decider(Config(), lambda *_: None, settle_s=EXPEDITED_SETTLE_S)
+    assert float(service["TimeoutStopSec"]) > decider.wait_s + decider.settle_s
 
 
 def test_a_busy_answer_sent_before_the_request_is_read_is_still_read(
