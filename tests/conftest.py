@@ -3,6 +3,7 @@ integration tests (started once per session, only when an integration test asks)
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,8 +70,16 @@ def _no_host_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SLURM_TRIAGE_CONFIG", str(tmp_path / "absent-config.toml"))
     (tmp_path / "absent-config.toml").write_text("")
     # A test reading this host's /dev/kmsg as root never writes a clock mark into it (nor
-    # keeps the measure in /run), in this process or in the programs it starts.
+    # keeps the measure in /run), in the programs it starts or in this process, whatever
+    # config it builds (test_kmsg_clock fakes the device).
     monkeypatch.setenv("SLURM_TRIAGE__HEALTH__KERNEL_CLOCK_CACHE", "")
+    from slurm_triage.health_checks import kernel_log, kmsg_clock
+
+    def refused(path: str, text: str) -> None:
+        raise PermissionError(errno.EPERM, "a test never writes the host's kernel log", path)
+
+    monkeypatch.setattr(kmsg_clock, "write_record", refused)
+    monkeypatch.setattr(kernel_log, "_tried", {})
 
 
 @pytest.fixture(scope="session")

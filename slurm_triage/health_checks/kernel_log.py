@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,11 @@ from slurm_triage.evidence import KernelEvent, KernelEventKind
 from slurm_triage.health_checks import app_xids, gpu_resets, kmsg_clock
 from slurm_triage.health_checks.kmsg_clock import KmsgClock
 from slurm_triage.health_checks.result import Action, CheckResult, Severity, fail, ok, warn
+from slurm_triage.logs import get_logger
 
 MAX_KMSG_RECORDS = 200_000
+# A ring of log_buf_len=32M holds up to a million records (a descriptor per 32 bytes).
+MAX_KMSG_READS = 1_000_000
 TAIL_BYTES = 8 << 20
 # What a draining XID asks of the node, in the checks' terms.
 _CHECK_ACTION = {
@@ -40,50 +44,78 @@ def read_kernel_events(path: str, node: str | None, *, clock_cache: str = "") ->
     kmsg's stamps are dated by its clock as measured (kmsg_clock), kept in `clock_cache`;
     without a cache they are dated as `dmesg -T` dates them."""
     if os.path.basename(path) == "kmsg" and path.startswith("/dev/"):
-        records, clock = _read_kmsg_clock(path, Path(clock_cache) if clock_cache else None)
-        boot_time = clock.boot_time(time.time(), time.clock_gettime(time.CLOCK_MONOTONIC))
+        records, clock = _read_kmsg_clock(path, clock_cache)
+        boot_time = time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)
+        if clock.uniform:
+            boot_time -= clock.newest_ahead_s
+        else:
+            records = kmsg_clock.restamped(records, clock)
         return parse_kernel_lines(records, node=node, boot_time=boot_time)
     # A zone-less stamp in this node's own log is this node's local time.
     return parse_kernel_file(path, node=node, tail_bytes=TAIL_BYTES, tz=None)
 
 
-def _read_kmsg_clock(path: str, cache: Path | None) -> tuple[list[str], KmsgClock]:
+# The measures this process tried, by cache: kept here too when the cache cannot be
+# written, so a resident reader (the agent) still writes a mark an hour at most.
+_tried: dict[tuple[str, str], kmsg_clock.Kept] = {}
+
+
+def _read_kmsg_clock(path: str, cache: str) -> tuple[list[str], KmsgClock]:
     """The records, and the kmsg clock: kept, else measured by a mark written before the
     read (so the read meets it), else assumed to be CLOCK_MONOTONIC."""
-    if cache is None:
+    if not cache:
         return _read_kmsg(path), kmsg_clock.ASSUMED
     boot, now = kmsg_clock.boot_id(), time.time()
-    if kept := kmsg_clock.load(cache, boot, now):
-        return _read_kmsg(path), kept
+    kept = kmsg_clock.load(Path(cache), boot)
+    in_process = _tried.get((cache, boot))
+    if in_process is not None and (kept is None or in_process.tried_at > kept.tried_at):
+        kept = in_process
+    if kept is not None and kept.fresh(now):
+        return _read_kmsg(path), kept.clock
+    earlier = kept.clock.measures if kept is not None else ()
     mark = kmsg_clock.write_mark(path)
     records = _read_kmsg(path)
-    measured = kmsg_clock.read_mark(records, mark) if mark else None
-    if measured is None:
+    if mark is None:  # not root: nothing to keep either
         return records, kmsg_clock.ASSUMED
-    kmsg_clock.save(cache, boot, measured, now)
-    return records, measured
+    measure = kmsg_clock.read_mark(records, mark)
+    measures = (*earlier, measure) if measure is not None else earlier
+    tried = kmsg_clock.Kept(KmsgClock(measures[-kmsg_clock.MAX_MEASURES :]), now)
+    _tried[(cache, boot)] = tried
+    if measure is None:
+        get_logger(component="kernel_log").warning("kmsg_clock_unmeasured", records=len(records))
+    if not kmsg_clock.save(Path(cache), boot, tried):
+        get_logger(component="kernel_log").warning("kmsg_clock_not_kept", cache=cache)
+    return records, tried.clock
 
 
 def _read_kmsg(path: str) -> list[str]:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    lines: list[str] = []
     try:
-        while len(lines) < MAX_KMSG_RECORDS:
-            try:
-                record = os.read(fd, 8192)
-            except BlockingIOError:
-                break  # no more records
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:
-                    continue  # records were overwritten; the next read resumes
-                raise
-            if not record:
-                break
-            # A record is "prio,seq,usec,flags;message\n" plus " KEY=value" continuation lines.
-            lines.append(record.decode("utf-8", "replace").split("\n", 1)[0])
+        return read_records(fd)
     finally:
         os.close(fd)
-    return lines
+
+
+def read_records(fd: int) -> list[str]:
+    """The newest MAX_KMSG_RECORDS records (first lines) of a kmsg reader, one per read. A
+    reader starts at the ring's oldest record, so the read goes on to the newest (a clock
+    mark, a fresh XID), up to MAX_KMSG_READS, which bounds it while the kernel prints faster
+    than it reads."""
+    lines: deque[str] = deque(maxlen=MAX_KMSG_RECORDS)
+    for _ in range(MAX_KMSG_READS):
+        try:
+            record = os.read(fd, 8192)
+        except BlockingIOError:
+            break  # no more records
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                continue  # records were overwritten; the next read resumes
+            raise
+        if not record:
+            break
+        # A record is "prio,seq,usec,flags;message\n" plus " KEY=value" continuation lines.
+        lines.append(record.decode("utf-8", "replace").split("\n", 1)[0])
+    return list(lines)
 
 
 def _recent(events: Sequence[KernelEvent], now: float, window_s: float) -> list[KernelEvent]:

@@ -7,12 +7,17 @@ long uptime), and a VM's guest clocks part further (node-problem-detector#479: t
 A fresh XID then falls out of the 10-minute window, or an old one drains a healthy node.
 
 So a root reader measures the kernel's own clock: it writes one mark record to /dev/kmsg
-(facility user, which no kernel line has, so the parsers drop it) between two readings of
-CLOCK_MONOTONIC and reads the mark's stamp back. The mark carries a random nonce, so no
-line a user makes the kernel print can pose as it. The measure is kept for an hour per
-boot (`health.kernel_clock_cache`, root's own file), so a node's log gains a line an hour
-at most. A reader that may not write (not root, `printk_devkmsg=off`) or has no cache
-configured dates records as `dmesg -T` does.
+(facility user, which no kernel line has, so the parsers drop it) and reads its stamp back
+beside CLOCK_MONOTONIC read just before the write (printk stamps a record on entry). The
+mark carries a random nonce, so no line a user makes the kernel print can pose as it.
+
+The measures of this boot are kept (`health.kernel_clock_cache`, root's own file) with the
+sequence number of their mark, and a new one is taken once the newest is an hour old, so a
+node's log gains a line an hour at most, also when a measure fails. A record is dated by the
+measure of the first mark after it. When the lead changed between that mark and the one
+before it, the clocks jumped somewhere in between (a VM paused): the record is dated by the
+larger lead, the earlier date, because a line from before the jump must not pass for a
+fresh one. A reader that may not write (not root) dates records as `dmesg -T` does.
 """
 
 from __future__ import annotations
@@ -25,10 +30,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_triage.atomic import write_atomically
+
 MARK_TEXT = "slurm-triage: kmsg clock mark "
 # facility user (1) << 3 | debug (7); what the kernel stamps on `<15>` written to /dev/kmsg.
 MARK_PRIORITY = 15
 MAX_AGE_S = 3600.0
+# A write that took longer than this (preempted, stalled) measures nothing.
+MAX_WRITE_S = 0.05
+MAX_MEASURES = 48
+# Measures this close are one lead: dating every record by the newest is then exact enough.
+SAME_LEAD_S = 1.0
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -42,23 +54,63 @@ class Mark:
 
 
 @dataclass(frozen=True)
-class KmsgClock:
-    """The kmsg clock minus CLOCK_MONOTONIC, in seconds; `measured` when read off a mark."""
+class Measure:
+    """The kmsg clock minus CLOCK_MONOTONIC (seconds) when the mark `seq` was written."""
 
+    seq: int
     ahead_s: float
-    measured: bool
-
-    def boot_time(self, wall_now: float, monotonic_now: float) -> float:
-        """The wall time at which the kmsg clock read zero."""
-        return wall_now - monotonic_now - self.ahead_s
 
 
-ASSUMED = KmsgClock(0.0, measured=False)
+@dataclass(frozen=True)
+class KmsgClock:
+    """What is known of the kmsg clock this boot: its measures, oldest first. Without any,
+    records are dated as `dmesg -T` dates them."""
+
+    measures: tuple[Measure, ...] = ()
+
+    @property
+    def uniform(self) -> bool:
+        """Whether one lead dates every record (no jump between the measures)."""
+        leads = [m.ahead_s for m in self.measures]
+        return not leads or max(leads) - min(leads) <= SAME_LEAD_S
+
+    @property
+    def newest_ahead_s(self) -> float:
+        return self.measures[-1].ahead_s if self.measures else 0.0
+
+    def ahead_at(self, seq: int) -> float:
+        """The lead to date record `seq` by (the module's docstring says why)."""
+        previous: Measure | None = None
+        for measure in self.measures:
+            if seq < measure.seq:
+                if previous is None:
+                    return measure.ahead_s
+                return max(previous.ahead_s, measure.ahead_s)
+            previous = measure
+        return self.newest_ahead_s
+
+
+ASSUMED = KmsgClock()
+
+
+def restamped(records: list[str], clock: KmsgClock) -> list[str]:
+    """The records with their stamps moved onto CLOCK_MONOTONIC (usec less the lead at
+    their sequence number; a stamp before the boot is the boot's)."""
+    moved = []
+    for record in records:
+        head, sep, message = record.partition(";")
+        fields = head.split(",")
+        if sep and len(fields) >= 3 and fields[1].isdigit() and fields[2].isdigit():
+            lead = round(clock.ahead_at(int(fields[1])) * 1e6)
+            fields[2] = str(max(0, int(fields[2]) - lead))
+            record = f"{','.join(fields)};{message}"
+        moved.append(record)
+    return moved
 
 
 def write_record(path: str, text: str) -> None:
-    """One record into the kernel's log (root only; refused or dropped otherwise)."""
-    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    """One record into the kernel's log (root only; refused otherwise)."""
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         os.write(fd, text.encode())
     finally:
@@ -76,20 +128,32 @@ def write_mark(path: str) -> Mark | None:
     return Mark(nonce, before, time.clock_gettime(time.CLOCK_MONOTONIC))
 
 
-def read_mark(records: list[str], mark: Mark) -> KmsgClock | None:
-    """The clock measured by `mark`, found among kmsg records (`prio,seq,usec,flags;msg`);
-    None when it is not there (dropped by `printk_devkmsg`, or past the read's cap)."""
+def read_mark(records: list[str], mark: Mark) -> Measure | None:
+    """The measure `mark` gives, found among kmsg records (`prio,seq,usec,flags;msg`); None
+    when it is not there (past the read's cap) or the write took too long to tell."""
+    if mark.monotonic_after - mark.monotonic_before > MAX_WRITE_S:
+        return None
     wanted = f"{MARK_TEXT}{mark.nonce}"
     for record in reversed(records):
         head, _, message = record.partition(";")
         fields = head.split(",")
         if message != wanted or len(fields) < 3 or fields[0] != str(MARK_PRIORITY):
             continue
-        if not fields[2].isdigit():
+        if not (fields[1].isdigit() and fields[2].isdigit()):
             return None
-        written = (mark.monotonic_before + mark.monotonic_after) / 2
-        return KmsgClock(int(fields[2]) / 1e6 - written, measured=True)
+        return Measure(int(fields[1]), int(fields[2]) / 1e6 - mark.monotonic_before)
     return None
+
+
+@dataclass(frozen=True)
+class Kept:
+    """The measures kept for this boot, and when the last measure was tried."""
+
+    clock: KmsgClock
+    tried_at: float
+
+    def fresh(self, now: float) -> bool:
+        return now - MAX_AGE_S < self.tried_at <= now + 60
 
 
 def boot_id() -> str:
@@ -99,13 +163,13 @@ def boot_id() -> str:
         return ""
 
 
-def load(cache: Path, boot: str, now: float) -> KmsgClock | None:
-    """The measure kept in `cache`, if this boot's, under an hour old and written by this
-    user alone (anyone else could move the window)."""
+def load(cache: Path, boot: str) -> Kept | None:
+    """What `cache` keeps for this boot, if written by this user alone (anyone else could
+    move the window)."""
     if not boot:
         return None
     try:
-        fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -116,30 +180,25 @@ def load(cache: Path, boot: str, now: float) -> KmsgClock | None:
             or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         ):
             return None
-        kept = json.loads(os.read(fd, 4096))
-        ahead, at = float(kept["ahead_s"]), float(kept["measured_at"])
+        kept = json.loads(os.read(fd, 65536))
+        if kept["boot_id"] != boot:
+            return None
+        measures = tuple(Measure(int(s), float(a)) for s, a in kept["measures"])
+        return Kept(KmsgClock(measures[-MAX_MEASURES:]), float(kept["tried_at"]))
     except (OSError, ValueError, TypeError, KeyError):
         return None
     finally:
         os.close(fd)
-    if kept.get("boot_id") != boot or not now - MAX_AGE_S < at <= now + 60:
-        return None
-    return KmsgClock(ahead, measured=True)
 
 
-def save(cache: Path, boot: str, clock: KmsgClock, now: float) -> None:
-    """Keep the measure (atomically, mode 0644); a cache that cannot be written only means
-    the next read measures again."""
+def save(cache: Path, boot: str, kept: Kept) -> bool:
+    """Keep the measures (atomically, mode 0644); False when they cannot be kept."""
     if not boot:
-        return
-    text = json.dumps({"boot_id": boot, "ahead_s": clock.ahead_s, "measured_at": now})
-    partial = cache.with_name(f".{cache.name}.{os.getpid()}")
+        return False
+    measures = [[m.seq, m.ahead_s] for m in kept.clock.measures[-MAX_MEASURES:]]
+    text = json.dumps({"boot_id": boot, "tried_at": kept.tried_at, "measures": measures})
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-        os.replace(partial, cache)
+        write_atomically(cache, text, mode=0o644)
     except OSError:
-        partial.unlink(missing_ok=True)
+        return False
+    return True

@@ -1,12 +1,14 @@
 """/dev/kmsg's stamps are dated by the kernel's clock as measured with a mark, not by
-CLOCK_MONOTONIC, which drifts from it (node-problem-detector#479); the measure is kept an
-hour per boot, and a reader that cannot measure dates records as `dmesg -T` does."""
+CLOCK_MONOTONIC, which drifts from it (node-problem-detector#479); the measures are kept per
+boot and retaken hourly, a jump between two of them never makes an old line fresh, and a
+reader that cannot measure dates records as `dmesg -T` does."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from slurm_triage.prolog_epilog.epilog import collect
 from slurm_triage.prolog_epilog.job_end import JobEnd
 
 NODE = "gpu17"
+XID_48 = "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=python, DBE (0x1)"
 XID_79 = (
     "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 )
@@ -28,11 +31,11 @@ XID_79 = (
 class FakeKmsg:
     """/dev/kmsg as the kernel serves it: records `prio,seq,usec,flags;message` stamped by
     a clock `ahead_s` ahead of CLOCK_MONOTONIC; a write's `<N>` sets level and facility,
-    facility 0 becoming user (1) as devkmsg_write makes it. `refuse`: the writer is not root;
-    `drop`: printk_devkmsg=off, which accepts a write and logs nothing."""
+    facility 0 becoming user (1) as devkmsg_write makes it. `refuse`: the writer is not
+    root. `cap`: records past it are not read (kernel_log.MAX_KMSG_READS)."""
 
-    def __init__(self, ahead_s: float, *, refuse: bool = False, drop: bool = False) -> None:
-        self.ahead_s, self.refuse, self.drop = ahead_s, refuse, drop
+    def __init__(self, ahead_s: float, *, refuse: bool = False, cap: int | None = None) -> None:
+        self.ahead_s, self.refuse, self.cap = ahead_s, refuse, cap
         self.records: list[str] = []
         self.writes = 0
 
@@ -40,7 +43,7 @@ class FakeKmsg:
         return time.clock_gettime(time.CLOCK_MONOTONIC) + self.ahead_s
 
     def printk(self, ago_s: float, message: str, prio: int = 3) -> None:
-        """A kernel line printed `ago_s` seconds ago."""
+        """A kernel line printed `ago_s` seconds ago (by the clock's lead of now)."""
         usec = int((self.kernel_now() - ago_s) * 1e6)
         self.records.append(f"{prio},{len(self.records)},{usec},-;{message}")
 
@@ -49,8 +52,6 @@ class FakeKmsg:
         if self.refuse:
             raise PermissionError(errno.EACCES, "Permission denied", path)
         self.writes += 1
-        if self.drop:
-            return
         prio, message = 13, text  # LOG_USER | LOG_NOTICE: no <N>
         if text.startswith("<") and ">" in text:
             number, message = text[1:].split(">", 1)
@@ -58,9 +59,12 @@ class FakeKmsg:
             prio = (facility or 1) << 3 | level
         self.printk(0, message.rstrip("\n"), prio)
 
+    def read(self, path: str) -> list[str]:
+        return list(self.records[: self.cap])
+
     def install(self, mp: pytest.MonkeyPatch) -> FakeKmsg:
         mp.setattr(kmsg_clock, "write_record", self.write)
-        mp.setattr(kernel_log, "_read_kmsg", lambda path: list(self.records))
+        mp.setattr(kernel_log, "_read_kmsg", self.read)
         return self
 
 
@@ -109,10 +113,19 @@ def test_an_old_xid_does_not_fail_the_node_when_the_kernels_clock_runs_ahead(
     assert kernel_log.check_xid(assumed, HealthConfig(), now).status is CheckStatus.FAIL
 
     cache.unlink()
+    kernel_log._tried.clear()  # as in the next Prolog's process
     fresh = FakeKmsg(-900).install(monkeypatch)
     fresh.printk(120, XID_79)
     events = kernel_log.read_kernel_events("/dev/kmsg", NODE, clock_cache=str(cache))
     assert kernel_log.check_xid(events, HealthConfig(), now).status is CheckStatus.FAIL
+
+
+def stale(cache: Path) -> None:
+    """Make the kept measures an hour and a second old."""
+    kept = json.loads(cache.read_text())
+    kept["tried_at"] = time.time() - kmsg_clock.MAX_AGE_S - 1
+    cache.write_text(json.dumps(kept))
+    kernel_log._tried.clear()  # as in the next Prolog's process
 
 
 def test_the_mark_is_written_once_an_hour_per_boot_and_is_no_event(
@@ -128,28 +141,74 @@ def test_the_mark_is_written_once_an_hour_per_boot_and_is_no_event(
     assert kmsg.writes == 1
     kept = json.loads(cache.read_text())
     assert kept["boot_id"] == boot.read_text().strip()
-    assert kept["ahead_s"] == pytest.approx(300, abs=0.1)
+    [[seq, ahead]] = kept["measures"]
+    assert (seq, ahead) == (1, pytest.approx(300, abs=0.1))
+    kernel_log._tried.clear()
     assert read(cache) == read(cache)
     assert kmsg.writes == 1
 
-    stale = time.time() - kmsg_clock.MAX_AGE_S - 1
-    cache.write_text(json.dumps({**kept, "measured_at": stale}))
+    stale(cache)
     read(cache)
     assert kmsg.writes == 2
+    assert [s for s, _ in json.loads(cache.read_text())["measures"]] == [1, 2]
     boot.write_text("1d9a7c3e-5b2f-4e8a-b1c4-7e6d5f4a3b2c\n")
     read(cache)
     assert kmsg.writes == 3
-    assert json.loads(cache.read_text())["boot_id"].startswith("1d9a7c3e")
+    kept = json.loads(cache.read_text())
+    assert kept["boot_id"].startswith("1d9a7c3e") and len(kept["measures"]) == 1
 
 
-@pytest.mark.parametrize("kmsg", [FakeKmsg(900, refuse=True), FakeKmsg(900, drop=True)])
-def test_a_reader_that_cannot_measure_dates_records_as_dmesg_does(
-    kmsg: FakeKmsg, tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_line_from_before_a_clock_jump_stays_old(
+    tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Not root, or printk_devkmsg=off: no measure and nothing kept; records are dated by
-    CLOCK_MONOTONIC, as before."""
-    kmsg.install(monkeypatch)
-    kmsg.printk(120, XID_79)
+    """The kmsg clock stood still for 10 of the last 10 hours and 2 minutes (a VM paused):
+    an XID 48 from before the pause is dated by the mark before it, 10 hours ago, and fails
+    nothing; one printed after the next mark is dated by that mark's lead and fails the node.
+    A line between the two marks is dated by the larger lead (older), never the fresher."""
+    now = time.time()
+    kmsg = FakeKmsg(50_000).install(monkeypatch)
+    kmsg.printk(36_120, XID_48)
+    cache = tmp_path / "clock.json"
+    [before] = read(cache)  # an hourly read, before the pause
+    assert before == pytest.approx(now - 36_120, abs=0.5)
+    kmsg.ahead_s -= 36_000  # the pause: CLOCK_MONOTONIC went on, the kmsg clock did not
+    kmsg.printk(60, XID_79)  # after the pause, before the next mark
+    stale(cache)
+    events = kernel_log.read_kernel_events("/dev/kmsg", NODE, clock_cache=str(cache))
+    assert [round(now - e.time, -1) for e in events] == [36_120, 36_060]
+    assert kernel_log.check_xid(events, HealthConfig(), now).status is CheckStatus.OK
+    kmsg.printk(30, XID_79)  # after the new mark
+    events = kernel_log.read_kernel_events("/dev/kmsg", NODE, clock_cache=str(cache))
+    assert round(now - events[-1].time) == 30
+    assert kernel_log.check_xid(events, HealthConfig(), now).status is CheckStatus.FAIL
+
+
+def test_a_measure_that_failed_is_tried_again_only_an_hour_later(
+    tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mark the read did not reach (past MAX_KMSG_READS), or a cache that cannot be
+    written: one mark, not one per read. The agent rereads every 10 s."""
+    kmsg = FakeKmsg(600, cap=1).install(monkeypatch)
+    kmsg.printk(60, XID_79)
+    cache = tmp_path / "clock.json"
+    for _ in range(3):
+        read(cache)
+    assert kmsg.writes == 1
+    assert json.loads(cache.read_text())["measures"] == []
+    unwritable = tmp_path / "file" / "clock.json"
+    (tmp_path / "file").write_text("")  # its directory is a file
+    kmsg.cap = None
+    for _ in range(3):
+        assert len(read(unwritable)) == 1
+    assert kmsg.writes == 2
+
+
+def test_a_reader_that_may_not_write_dates_records_as_dmesg_does(
+    tmp_path: Path, boot: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not root: no measure and nothing kept; records are dated by CLOCK_MONOTONIC, as
+    before. (printk_devkmsg=off refuses readers too: no kernel log to date.)"""
+    FakeKmsg(900, refuse=True).install(monkeypatch).printk(120, XID_79)
     cache = tmp_path / "clock.json"
     [when] = read(cache)
     assert when == pytest.approx(time.time() - 120 + 900, abs=0.5)
@@ -158,35 +217,37 @@ def test_a_reader_that_cannot_measure_dates_records_as_dmesg_does(
 
 def test_only_the_mark_this_read_wrote_measures_the_clock() -> None:
     """A kernel line quoting the mark's text (a user's string the kernel printed) and an
-    earlier mark with another nonce measure nothing: only our nonce at facility user does."""
-    mark = kmsg_clock.Mark("c0ffee", monotonic_before=100.0, monotonic_after=100.2)
+    earlier mark with another nonce measure nothing: only our nonce at facility user does,
+    and only when the write was quick enough to tell when the kernel stamped it."""
+    mark = kmsg_clock.Mark("c0ffee", monotonic_before=100.0, monotonic_after=100.001)
     records = [
         f"15,1,999000000,-;{kmsg_clock.MARK_TEXT}5ca1ab1e",
         f"3,2,555000000,-;{kmsg_clock.MARK_TEXT}c0ffee",
         f"12,3,444000000,-;{kmsg_clock.MARK_TEXT}c0ffee",
     ]
     assert kmsg_clock.read_mark(records, mark) is None
-    records.append(f"15,4,400100000,-;{kmsg_clock.MARK_TEXT}c0ffee")
+    records.append(f"15,4,400000100,-;{kmsg_clock.MARK_TEXT}c0ffee")
     measured = kmsg_clock.read_mark(records, mark)
-    assert measured == kmsg_clock.KmsgClock(pytest.approx(300.0), measured=True)
+    assert measured == kmsg_clock.Measure(4, pytest.approx(300.0001))
+    slow = kmsg_clock.Mark("c0ffee", monotonic_before=100.0, monotonic_after=100.2)
+    assert kmsg_clock.read_mark(records, slow) is None
 
 
 def test_a_kept_measure_anyone_else_could_write_is_not_used(tmp_path: Path, boot: Path) -> None:
     """A cache that is group- or world-writable, a symlink, or not JSON is measured again."""
-    now = time.time()
     cache = tmp_path / "clock.json"
-    clock = kmsg_clock.KmsgClock(42.0, measured=True)
-    kmsg_clock.save(cache, kmsg_clock.boot_id(), clock, now)
-    assert kmsg_clock.load(cache, kmsg_clock.boot_id(), now) == clock
+    kept = kmsg_clock.Kept(kmsg_clock.KmsgClock((kmsg_clock.Measure(9, 42.0),)), time.time())
+    assert kmsg_clock.save(cache, kmsg_clock.boot_id(), kept)
+    assert kmsg_clock.load(cache, kmsg_clock.boot_id()) == kept
     assert cache.stat().st_mode & 0o777 == 0o644
     os.chmod(cache, 0o666)
-    assert kmsg_clock.load(cache, kmsg_clock.boot_id(), now) is None
+    assert kmsg_clock.load(cache, kmsg_clock.boot_id()) is None
     os.chmod(cache, 0o644)
     link = tmp_path / "link.json"
     link.symlink_to(cache)
-    assert kmsg_clock.load(link, kmsg_clock.boot_id(), now) is None
+    assert kmsg_clock.load(link, kmsg_clock.boot_id()) is None
     cache.write_text("{not json")
-    assert kmsg_clock.load(cache, kmsg_clock.boot_id(), now) is None
+    assert kmsg_clock.load(cache, kmsg_clock.boot_id()) is None
 
 
 def test_the_epilog_and_the_checks_keep_the_measure_where_the_config_says(
@@ -214,3 +275,17 @@ def test_the_epilog_and_the_checks_keep_the_measure_where_the_config_says(
     events = FactSources(health, NODE, timeout_s=5).get("kernel")
     assert [round(e.time) for e in events] == [round(now - 120)]
     assert kmsg.writes == 1
+
+
+def test_a_read_keeps_the_rings_newest_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kmsg reader starts at the ring's oldest record: past MAX_KMSG_RECORDS, the newest
+    are kept (a clock mark, a fresh XID), not the oldest. One read, one record, as
+    devkmsg_read serves them (a SEQPACKET socket here); EAGAIN ends the read."""
+    monkeypatch.setattr(kernel_log, "MAX_KMSG_RECORDS", 3)
+    ours, kernels = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, kernels:
+        for seq in range(8):
+            kernels.send(f"6,{seq},{seq * 1000},-;line {seq}\n SUBSYSTEM=x\n".encode())
+        ours.setblocking(False)
+        lines = kernel_log.read_records(ours.fileno())
+    assert lines == ["6,5,5000,-;line 5", "6,6,6000,-;line 6", "6,7,7000,-;line 7"]
