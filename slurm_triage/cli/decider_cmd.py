@@ -40,8 +40,8 @@ def _decider(args: argparse.Namespace, context: Any) -> int:
     from slurm_triage.decider.server import run_decider
     from slurm_triage.logs import setup_logging
     from slurm_triage.prolog_epilog.decide import decide_from_env
-    from slurm_triage.prolog_epilog.ended_run import EXPEDITED_SETTLE_S
+    from slurm_triage.prolog_epilog.ended_run import settle_bound_s
 
     config = context.config()
     setup_logging(config.logging, program="slurm-triage-decider")
-    return run_decider(config, decide_from_env, args.socket, settle_s=EXPEDITED_SETTLE_S)
+    return run_decider(config, decide_from_env, args.socket, settle_s=settle_bound_s(config))

@@ -103,6 +103,7 @@ class Decider:
             self._log.warning("decider_peer_refused", uid=uid)
             _send(conn, protocol.encode_error(f"uid {uid} may not use the decider"))
             return
+        detached = threading.Event()
         if not self._slots.acquire(blocking=False):
             self._log.warning("decider_busy", max_concurrent=self.config.decider.max_concurrent)
             _send(conn, protocol.encode_error("busy"))
@@ -116,16 +117,21 @@ class Decider:
                 _send(conn, protocol.encode_error(str(exc)))
                 return
             _send(conn, protocol.encode_accepted(self.wait_s))
-            self.decide_one(conn, env)
+            self.decide_one(conn, env, detached)
         finally:
             self._slots.release()
+            # After the slot: a stop that finds every slot free has nothing left to wait for.
+            if detached.is_set():
+                with self._detached_lock:
+                    self._detached -= 1
 
-    def decide_one(self, conn: socket.socket, env: dict[str, str]) -> None:
+    def decide_one(
+        self, conn: socket.socket, env: dict[str, str], detached: threading.Event
+    ) -> None:
         """Decide the accepted job end, then answer `decided`, unless `detached` went
         first (the decision goes on in this thread after the hook has returned)."""
         log = get_logger(role="epilog-slurmctld", via="decider", job_id=env["SLURM_JOB_ID"])
         started, cpu_started = time.monotonic(), time.thread_time()
-        detached = threading.Event()
 
         def detach() -> None:
             with self._detached_lock:
@@ -140,10 +146,6 @@ class Decider:
             except Exception as exc:  # decide_from_env raises none of its own errors
                 log.error("role_crashed", error=f"{type(exc).__name__}: {exc}")
                 how = DecidedHow.FAILED
-            finally:
-                if detached.is_set():
-                    with self._detached_lock:
-                        self._detached -= 1
         cpu_s = time.thread_time() - cpu_started
         log.info(
             "role_done",

@@ -13,7 +13,7 @@ import errno
 import os
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +73,11 @@ def _read_kmsg_clock(path: str, cache: str) -> tuple[list[str], KmsgClock]:
     if kept is not None and kept.fresh(now):
         return _read_kmsg(path), kept.clock
     earlier = kept.clock.measures if kept is not None else ()
-    mark = kmsg_clock.write_mark(path)
-    records = _read_kmsg(path)
+    marks: list[kmsg_clock.Mark | None] = []
+    # The reader is opened first: one that may write but not read (no CAP_SYSLOG under
+    # dmesg_restrict=1) writes nothing, where it would write a mark on every read.
+    records = _read_kmsg(path, before_read=lambda: marks.append(kmsg_clock.write_mark(path)))
+    mark = marks[0] if marks else None
     if mark is None:  # not root: nothing to keep either
         return records, kmsg_clock.ASSUMED
     measure = kmsg_clock.read_mark(records, mark)
@@ -88,9 +91,13 @@ def _read_kmsg_clock(path: str, cache: str) -> tuple[list[str], KmsgClock]:
     return records, tried.clock
 
 
-def _read_kmsg(path: str) -> list[str]:
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+def _read_kmsg(path: str, before_read: Callable[[], object] | None = None) -> list[str]:
+    """The records; `before_read` runs once the reader is open (a reader opened earlier
+    still reads the records written after)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
+        if before_read is not None:
+            before_read()
         return read_records(fd)
     finally:
         os.close(fd)

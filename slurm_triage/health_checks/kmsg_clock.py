@@ -52,6 +52,11 @@ class Mark:
     monotonic_before: float
     monotonic_after: float
 
+    @property
+    def quick(self) -> bool:
+        """Whether the write was quick enough to tell when the kernel stamped the mark."""
+        return self.monotonic_after - self.monotonic_before <= MAX_WRITE_S
+
 
 @dataclass(frozen=True)
 class Measure:
@@ -118,20 +123,27 @@ def write_record(path: str, text: str) -> None:
 
 
 def write_mark(path: str) -> Mark | None:
-    """Write a mark; None when this reader may not write to the kernel's log."""
-    nonce = secrets.token_hex(12)
-    before = time.clock_gettime(time.CLOCK_MONOTONIC)
-    try:
-        write_record(path, f"<{MARK_PRIORITY}>{MARK_TEXT}{nonce}\n")
-    except OSError:
-        return None
-    return Mark(nonce, before, time.clock_gettime(time.CLOCK_MONOTONIC))
+    """Write a mark; None when this reader may not write to the kernel's log. A slow write
+    is written again at once: without threaded consoles the writer flushes the console's
+    backlog (a serial console after an XID burst), which is done by then."""
+    mark = None
+    for _ in range(2):
+        nonce = secrets.token_hex(12)
+        before = time.clock_gettime(time.CLOCK_MONOTONIC)
+        try:
+            write_record(path, f"<{MARK_PRIORITY}>{MARK_TEXT}{nonce}\n")
+        except OSError:
+            return mark
+        mark = Mark(nonce, before, time.clock_gettime(time.CLOCK_MONOTONIC))
+        if mark.quick:
+            break
+    return mark
 
 
 def read_mark(records: list[str], mark: Mark) -> Measure | None:
     """The measure `mark` gives, found among kmsg records (`prio,seq,usec,flags;msg`); None
     when it is not there (past the read's cap) or the write took too long to tell."""
-    if mark.monotonic_after - mark.monotonic_before > MAX_WRITE_S:
+    if not mark.quick:
         return None
     wanted = f"{MARK_TEXT}{mark.nonce}"
     for record in reversed(records):

@@ -119,6 +119,13 @@ def final_state(door: SlurmDoor, job: JobInfo, wait_s: float, clock: Clock) -> E
     return EndState(JobState.COMPLETED if ok else JobState.FAILED)
 
 
+def settle_bound_s(config: Config) -> float:
+    """The longest an expedited failure's decision can take before its own decision starts:
+    the read of the job before it detaches, the settle, and the settle's last pause and read
+    past its deadline."""
+    return config.slurm.timeout_s + EXPEDITED_SETTLE_S + SETTLE_POLL_S[1] + config.slurm.timeout_s
+
+
 def expedited_failure(job: JobInfo, end: JobEnd) -> bool:
     """A failed run of an `--requeue=expedite` job, still COMPLETING: Slurm restarts it, or
     requeues it held, only once EpilogSlurmctld has ended, and only for a run whose exit

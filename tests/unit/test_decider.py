@@ -40,7 +40,7 @@ from slurm_triage.evidence import (
 from slurm_triage.logs import setup_logging
 from slurm_triage.prolog_epilog import entry
 from slurm_triage.prolog_epilog.decide import decide_from_env
-from slurm_triage.prolog_epilog.ended_run import EXPEDITED_SETTLE_S
+from slurm_triage.prolog_epilog.ended_run import EXPEDITED_SETTLE_S, settle_bound_s
 from slurm_triage.slurm import JobState
 from slurm_triage.testing import FakeDoor, job_info, node_infos
 from slurm_triage.unix_socket.listen import bind_socket
@@ -259,6 +259,44 @@ def test_a_stop_waits_through_a_detached_decisions_settle(
     else:
         assert unfinished == 1
         assert 0.9 < waited < 1.9
+
+
+def test_a_detached_decision_counts_until_its_slot_is_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A detached decision that has decided but not yet logged its role_done (a slow log
+    sink) is still in flight: a stop past one decision's wait waits for it, and does not
+    count it unfinished (review: the count dropped before the slot was free)."""
+    monkeypatch.setattr(server, "ANSWER_MARGIN_S", 0.0)
+    ctl = Controller(tmp_path)
+    config = replace(ctl.config, decision=replace(ctl.config.decision, deadline_s=1.0))
+    in_flight = threading.Event()
+
+    def decide(_config: Config, _env: dict[str, str], *, detached: Callable[[], None]) -> None:
+        detached()
+        in_flight.set()
+        time.sleep(1.5)
+
+    class SlowLog:
+        def info(self, *_: object, **__: object) -> None:
+            time.sleep(1.0)
+
+        error = warning = info
+
+    decider = Decider(config, decide, settle_s=5.0)
+    monkeypatch.setattr(server, "get_logger", lambda **_: SlowLog())
+    listener = bind_socket(config.decider.socket)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(listener, decider, stop), daemon=True)
+    thread.start()
+    asking = threading.Thread(target=client.ask_decider, args=(ctl.end(42, "FAILED", 1),))
+    asking.start()
+    assert in_flight.wait(5)
+    stop.set()
+    thread.join(5)
+    listener.close()
+    assert decider.wait_for_in_flight() == 0
+    asking.join(10)
 
 
 def test_with_run_in_first_node_epilog_the_decider_decides_nothing(tmp_path: Path) -> None:
@@ -629,7 +667,8 @@ def test_the_systemd_unit_runs_the_decider_as_slurm_user_in_its_runtime_director
     assert service["Type"] == "notify" and service["Restart"] == "on-failure"
     assert service["User"] == "slurm" and service["RestartPreventExitStatus"] == "2"
     assert f"/run/{service['RuntimeDirectory']}" == os.path.dirname(protocol.DEFAULT_SOCKET)
-    decider = Decider(Config(), lambda *_: None, settle_s=EXPEDITED_SETTLE_S)
+    decider = Decider(Config(), lambda *_: None, settle_s=settle_bound_s(Config()))
+    assert decider.settle_s > EXPEDITED_SETTLE_S
     assert float(service["TimeoutStopSec"]) > decider.wait_s + decider.settle_s
 
 

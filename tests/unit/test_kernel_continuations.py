@@ -85,7 +85,7 @@ def kernel_log_at(
     or a file."""
     lines = [x for i, (when, rec) in enumerate(records) for x in record(form, when, rec, 100 + i)]
     if form == "kmsg":
-        mp.setattr(kernel_log, "_read_kmsg", lambda path: list(lines))
+        mp.setattr(kernel_log, "_read_kmsg", lambda path, before_read=None: list(lines))
         return "/dev/kmsg"
     path = tmp_path / f"kern-{form}.log"
     path.write_text("".join(line + "\n" for line in lines))
