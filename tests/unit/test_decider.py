@@ -218,6 +218,24 @@ def test_an_expedited_requeue_is_answered_detached_and_decided_after(
     assert done["detached"] is True and done["outcome"] == "decided"
 
 
+def stop_during_decision(
+    decider: Decider, ctl: Controller, job: int, in_flight: threading.Event
+) -> threading.Thread:
+    """Serve a failed end of `job`, and stop serving (as SIGTERM does) once its decision is
+    in flight; the asking EpilogSlurmctld's thread."""
+    listener = bind_socket(decider.config.decider.socket)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(listener, decider, stop), daemon=True)
+    thread.start()
+    asking = threading.Thread(target=client.ask_decider, args=(ctl.end(job, "FAILED", 1),))
+    asking.start()
+    assert in_flight.wait(5)
+    stop.set()
+    thread.join(5)
+    listener.close()
+    return asking
+
+
 @pytest.mark.parametrize("detaches", [True, False])
 def test_a_stop_waits_through_a_detached_decisions_settle(
     detaches: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -237,16 +255,7 @@ def test_a_stop_waits_through_a_detached_decisions_settle(
         release.wait(10)
 
     decider = Decider(config, decide, settle_s=2.5)
-    listener = bind_socket(config.decider.socket)
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(listener, decider, stop), daemon=True)
-    thread.start()
-    asking = threading.Thread(target=client.ask_decider, args=(ctl.end(41, "FAILED", 1),))
-    asking.start()
-    assert in_flight.wait(5)
-    stop.set()
-    thread.join(5)
-    listener.close()
+    asking = stop_during_decision(decider, ctl, 41, in_flight)
     threading.Timer(2.0, release.set).start()  # the settle ends after one decision's wait
     started = time.monotonic()
     unfinished = decider.wait_for_in_flight()
@@ -285,16 +294,7 @@ def test_a_detached_decision_counts_until_its_slot_is_free(
 
     decider = Decider(config, decide, settle_s=5.0)
     monkeypatch.setattr(server, "get_logger", lambda **_: SlowLog())
-    listener = bind_socket(config.decider.socket)
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(listener, decider, stop), daemon=True)
-    thread.start()
-    asking = threading.Thread(target=client.ask_decider, args=(ctl.end(42, "FAILED", 1),))
-    asking.start()
-    assert in_flight.wait(5)
-    stop.set()
-    thread.join(5)
-    listener.close()
+    asking = stop_during_decision(decider, ctl, 42, in_flight)
     assert decider.wait_for_in_flight() == 0
     asking.join(10)
 
