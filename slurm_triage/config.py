@@ -121,8 +121,8 @@ class HealthConfig(Frozen):
     # 18 is an HGX H100 SXM's full set (docs/health-checks.md).
     nvlinks_per_gpu: int = field(default=-1, metadata=_range(-1, 36))
     kernel_log: str = "/dev/kmsg"
-    # Where a root reader of /dev/kmsg keeps its measure of the kernel's clock for an hour
-    # (a mark line in the log each time it measures); "" dates kmsg as `dmesg -T` does.
+    # Where a root reader of /dev/kmsg keeps this boot's measures of the kernel's clock,
+    # retaken hourly (a mark line in the log each time); "" dates kmsg as `dmesg -T` does.
     kernel_clock_cache: str = "/run/slurm-triage-kmsg-clock.json"
     # XIDs and MCE/EDAC lines count when younger than this (the taxonomy's 10 min window).
     kernel_window_s: float = field(default=600.0, metadata=_range(1, 86400 * 7))
