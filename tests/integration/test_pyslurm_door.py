@@ -82,6 +82,19 @@ def _in_state(door: SlurmDoor, job_id: int, state: JobState, timeout_s: float = 
     )
 
 
+def _running_prolog_done(door: SlurmDoor, job_id: int) -> JobInfo:
+    """The job once RUNNING with its Prolog done. With PrologFlags=Alloc a job is RUNNING
+    with reason "Prolog" while its Prolog runs: compared then with a second read, that read
+    can already see the reason gone (the CI saw it in test_expedited_requeue_flag)."""
+    return wait_for(
+        lambda: (
+            (j := door.job(job_id)).state is JobState.RUNNING and j.state_reason != "Prolog" and j
+        ),
+        60,
+        f"job {job_id} running, its Prolog done",
+    )
+
+
 def test_backend_and_version(door: SlurmDoor, cli: SlurmDoor) -> None:
     """backend = "pyslurm" gives the pyslurm door, and slurmctld's version is the clients'."""
     assert door.slurm_version().startswith("25.11.")
@@ -95,17 +108,7 @@ def test_running_job_reads_as_scontrol_does(door: SlurmDoor, cli: SlurmDoor, dev
         devcluster, "--requeue", "-N1", "--exclude=node3", "-t", "30", "--wrap", "sleep 60"
     )
     try:
-        # With PrologFlags=Alloc a job is RUNNING with reason "Prolog" while its Prolog runs:
-        # compared then, the second read can already see the reason gone.
-        job = wait_for(
-            lambda: (
-                (j := door.job(job_id)).state is JobState.RUNNING
-                and j.state_reason != "Prolog"
-                and j
-            ),
-            60,
-            f"job {job_id} running, its Prolog done",
-        )
+        job = _running_prolog_done(door, job_id)
         assert job.source == "pyslurm"
         assert job.nodes and job.nodes[0] in ("node1", "node2")
         assert job.excluded_nodes == ("node3",)
@@ -197,7 +200,7 @@ def test_expedited_requeue_flag(door: SlurmDoor, cli: SlurmDoor, devcluster) -> 
     expedited = sbatch(devcluster, "--requeue=expedite", "-N1", "--wrap", "sleep 60")
     plain = sbatch(devcluster, "--requeue", "-N1", "--wrap", "sleep 60")
     try:
-        job = _in_state(door, expedited, JobState.RUNNING)
+        job = _running_prolog_done(door, expedited)
         if not cli.job(expedited).expedited_requeue:
             pytest.skip("the command-line door does not read ExpeditedRequeue= yet")
         assert job.expedited_requeue
