@@ -12,16 +12,20 @@ link there; a name already taken (by chance) is never opened, another is drawn.
 
 `write_at` is the directory-fd form root's evidence store uses (its directories are opened
 O_NOFOLLOW and checked for ownership first); `write_atomically` opens the target's parent
-directory, creating it if missing. Standard library only: the wrapper uses it on every job.
+directory, creating it if missing. `read_owned` reads back such a file that a process keeps
+for itself (a cache), trusting it only as its owner wrote it. Standard library only: the
+wrapper uses it on every job.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from _thread import get_ident  # threading's own, without threading (issue 20)
 from contextlib import suppress
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_OWNED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # Random names drawn before a collision (never seen: 64 bits) is the caller's OSError.
 _NAME_DRAWS = 4
@@ -76,3 +80,43 @@ def _open_new(name: str, dir_fd: int, mode: int) -> tuple[str, int]:
     # The target's name cut short: a long one must still leave room for our suffix.
     tmp = f".{name[:160]}.{os.getpid()}.{get_ident()}.{os.urandom(8).hex()}.tmp"
     return tmp, os.open(tmp, _NEW, mode, dir_fd=dir_fd)
+
+
+def read_owned(
+    path: str | os.PathLike[str], owner_uid: int, *, max_bytes: int, forbidden_mode: int = 0
+) -> bytes | None:
+    """The file's bytes when it is a regular file of `owner_uid` with none of the permission
+    bits `forbidden_mode` and at most `max_bytes` long; None otherwise, and when it cannot be
+    read. Never through a symlink, never blocking on a FIFO; a file that grows past the cap
+    while read is refused too."""
+    try:
+        fd = os.open(path, _OWNED)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != owner_uid
+            or stat.S_IMODE(info.st_mode) & forbidden_mode
+            or info.st_size > max_bytes
+        ):
+            return None
+        raw = _read_at_most(fd, max_bytes + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return raw if len(raw) <= max_bytes else None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

@@ -38,7 +38,7 @@ import os
 import stat
 
 from slurm_triage import json_codec
-from slurm_triage.atomic import write_atomically
+from slurm_triage.atomic import read_owned, write_atomically
 from slurm_triage.errors import TriageError, cannot_read
 from slurm_triage.frozen import Frozen
 
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 FORMAT = 1
 # A copy larger than this is taken for stale, and none is written: the file is parsed.
 MAX_CACHE_BYTES = 4 * 1024 * 1024
-_OPEN_CACHE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # The most a copy may grant of its file's mode: never write for group or other.
 _COPY_MODE_MAX = 0o644
 
@@ -167,25 +166,8 @@ def _cached(copy: str, text: str, owner_uid: int, copy_mode: int) -> dict[str, A
     """The parsed value the copy holds for `text`; None when it is missing, not to be
     trusted (a link, a FIFO, another owner, writable by others, too big), open to more than
     `copy_mode` allows (read by those who may not read the file) or stale."""
-    try:
-        fd = os.open(copy, _OPEN_CACHE)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != owner_uid
-            or stat.S_IMODE(info.st_mode) & ~copy_mode
-            or info.st_size > MAX_CACHE_BYTES
-        ):
-            return None
-        raw = _read_at_most(fd, MAX_CACHE_BYTES + 1)  # it may grow after the fstat
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_CACHE_BYTES:
+    raw = read_owned(copy, owner_uid, max_bytes=MAX_CACHE_BYTES, forbidden_mode=~copy_mode & 0o7777)
+    if raw is None:
         return None
     try:
         document = _loads(raw.decode("utf-8"))
@@ -197,18 +179,6 @@ def _cached(copy: str, text: str, owner_uid: int, copy_mode: int) -> dict[str, A
     if type(version) is not int or version != FORMAT or document.get("source") != text:
         return None
     return parsed if type(parsed) is dict else None
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    left = limit
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 def _store(

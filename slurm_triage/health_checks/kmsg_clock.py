@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_triage.atomic import write_atomically
+from slurm_triage.atomic import read_owned, write_atomically
 
 MARK_TEXT = "slurm-triage: kmsg clock mark "
 # facility user (1) << 3 | debug (7); what the kernel stamps on `<15>` written to /dev/kmsg.
@@ -38,6 +38,7 @@ MAX_AGE_S = 3600.0
 # A write that took longer than this (preempted, stalled) measures nothing.
 MAX_WRITE_S = 0.05
 MAX_MEASURES = 48
+MAX_CACHE_BYTES = 65536  # MAX_MEASURES measures take about 2 kB
 # Measures this close are one lead: dating every record by the newest is then exact enough.
 SAME_LEAD_S = 1.0
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -102,14 +103,23 @@ def restamped(records: list[str], clock: KmsgClock) -> list[str]:
     their sequence number; a stamp before the boot is the boot's)."""
     moved = []
     for record in records:
-        head, sep, message = record.partition(";")
-        fields = head.split(",")
-        if sep and len(fields) >= 3 and fields[1].isdigit() and fields[2].isdigit():
+        if parsed := _header(record):
+            fields, message = parsed
             lead = round(clock.ahead_at(int(fields[1])) * 1e6)
             fields[2] = str(max(0, int(fields[2]) - lead))
             record = f"{','.join(fields)};{message}"
         moved.append(record)
     return moved
+
+
+def _header(record: str) -> tuple[list[str], str] | None:
+    """A kmsg record's header fields (prio, seq, usec, flags, ...) and its message; None
+    without such a header."""
+    head, sep, message = record.partition(";")
+    fields = head.split(",")
+    if not sep or len(fields) < 3 or not (fields[1].isdigit() and fields[2].isdigit()):
+        return None
+    return fields, message
 
 
 def write_record(path: str, text: str) -> None:
@@ -146,12 +156,10 @@ def read_mark(records: list[str], mark: Mark) -> Measure | None:
         return None
     wanted = f"{MARK_TEXT}{mark.nonce}"
     for record in reversed(records):
-        head, _, message = record.partition(";")
-        fields = head.split(",")
-        if message != wanted or len(fields) < 3 or fields[0] != str(MARK_PRIORITY):
+        parsed = _header(record)
+        if parsed is None or parsed[1] != wanted or parsed[0][0] != str(MARK_PRIORITY):
             continue
-        if not (fields[1].isdigit() and fields[2].isdigit()):
-            return None
+        fields = parsed[0]
         return Measure(int(fields[1]), int(fields[2]) / 1e6 - mark.monotonic_before)
     return None
 
@@ -179,27 +187,18 @@ def load(cache: Path, boot: str) -> Kept | None:
     move the window)."""
     if not boot:
         return None
-    try:
-        fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    forbidden = stat.S_IWGRP | stat.S_IWOTH
+    raw = read_owned(cache, os.geteuid(), max_bytes=MAX_CACHE_BYTES, forbidden_mode=forbidden)
+    if raw is None:
         return None
     try:
-        info = os.fstat(fd)
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        ):
-            return None
-        kept = json.loads(os.read(fd, 65536))
+        kept = json.loads(raw)
         if kept["boot_id"] != boot:
             return None
         measures = tuple(Measure(int(s), float(a)) for s, a in kept["measures"])
         return Kept(KmsgClock(measures[-MAX_MEASURES:]), float(kept["tried_at"]))
-    except (OSError, ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError):
         return None
-    finally:
-        os.close(fd)
 
 
 def save(cache: Path, boot: str, kept: Kept) -> bool:
