@@ -177,14 +177,13 @@ HUNG_TASK_LINES = 40
 # `ERROR:  nhc:  Health check failed:  ...`) -----------------------------------------------
 _NHC = re.compile(r"^(?:ERROR: +[\w().-]+: +)?Health check failed: +(?P<what>\S.*)$")
 
-# Of job-made events, and apart from them of all others: the two, with the Epilog's other
+# A job can make the kernel print application XIDs (XID 13 prints a line per trapped SM,
+# hundreds per fault) and OOM kills (one per killed process) as often as it likes: at most
+# this many of them are kept, and apart from them this many of all others, so that a storm
+# cannot push out the node-fatal event logged before it. The two, with the Epilog's other
 # facts, stay within an evidence record's MAX_FACTS (1000).
 MAX_EVENTS = 300
 _REPEAT_S = 60.0  # the same non-XID event on the same device within this is one event
-# A job can make the kernel print application XIDs (XID 13 prints a line per trapped SM,
-# hundreds per fault) and OOM kills (one per killed process) as often as it likes: they are
-# kept apart from the rest so that a storm of them cannot push out the node-fatal event
-# logged before it.
 
 
 def parse_kernel_lines(
